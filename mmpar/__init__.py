@@ -1,0 +1,30 @@
+"""mmpar: DataContainer-aware data parallelism for PyTorch.
+
+A drop-in for ``mmcv.parallel`` (mmcv 1.x) that works on current PyTorch and on
+the CPU: ``from mmpar import DataContainer, collate, scatter, scatter_kwargs``.
+"""
+from .collate import collate
+from .data_container import DataContainer
+from .devices import resolve_device, resolve_targets
+from .scatter_gather import gather, scatter, scatter_kwargs, to_device
+from .stacking import pad_stack
+from .transfer import pin_memory
+from .type_handlers import TypeHandler, register_type, unregister_type
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DataContainer",
+    "TypeHandler",
+    "collate",
+    "gather",
+    "pad_stack",
+    "pin_memory",
+    "register_type",
+    "resolve_device",
+    "resolve_targets",
+    "scatter",
+    "scatter_kwargs",
+    "to_device",
+    "unregister_type",
+]

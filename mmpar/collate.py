@@ -1,0 +1,193 @@
+"""collate: batch samples into DataContainers, in chunks of ``samples_per_gpu``."""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, List
+
+import numpy as np
+import torch
+from torch.utils.data import default_collate
+
+from ._structures import child_path, is_namedtuple, rebuild_mapping
+from .data_container import DataContainer
+from .stacking import pad_stack
+from .type_handlers import get_handler
+
+__all__ = ["collate"]
+
+
+def collate(batch: Sequence[Any], samples_per_gpu: int = 1) -> Any:
+    """Batch a list of samples; the result has the structure of one sample.
+
+    The batch is cut into consecutive chunks of ``samples_per_gpu`` samples (the
+    last one may be shorter), one chunk per device. A field that is a
+    :class:`DataContainer` becomes one container whose ``data`` holds one entry
+    per chunk:
+
+    * ``cpu_only``: the list of the chunk's data;
+    * ``stack``: one tensor ``(n, *lead, *padded)``, each sample padded at the end
+      of its last ``pad_dims`` dimensions to the largest size in the chunk (rounded
+      up to ``size_divisor``) with its own ``padding_value``;
+    * neither: the list of the chunk's tensors.
+
+    The result keeps every flag of the first sample. Lists and tuples are collated
+    position by position into lists (namedtuples keep their type), mappings key by
+    key, strings into lists of strings, registered types (see
+    :func:`mmpar.register_type`) with their ``collate`` hook, and anything else
+    (tensors, numpy arrays, numbers) over the whole batch as
+    ``torch.utils.data.default_collate`` does.
+
+    Args:
+        batch: The samples, a list or tuple.
+        samples_per_gpu: Samples per chunk, >= 1.
+
+    Returns:
+        The batched sample.
+
+    Raises:
+        TypeError: ``batch`` is not a list or tuple, ``samples_per_gpu`` is not an
+            int, a ``stack=True`` field holds something else than a tensor, or a
+            field's samples are of different kinds.
+        ValueError: empty batch, ``samples_per_gpu`` < 1, or samples that disagree
+            (keys, list lengths, container flags, stacked shapes or dtypes). The
+            message names the field.
+    """
+    if isinstance(batch, (str, bytes)) or not isinstance(batch, Sequence):
+        raise TypeError(f"collate: batch must be a list or tuple of samples, got {type(batch).__name__}")
+    if len(batch) == 0:
+        raise ValueError("collate: batch is empty, expected at least one sample")
+    if isinstance(samples_per_gpu, bool) or not isinstance(samples_per_gpu, int):
+        raise TypeError(f"collate: samples_per_gpu must be an int, got {type(samples_per_gpu).__name__}")
+    if samples_per_gpu < 1:
+        raise ValueError(f"collate: samples_per_gpu must be >= 1, got {samples_per_gpu}")
+    return _collate(list(batch), samples_per_gpu, "")
+
+
+def _name(path: str) -> str:
+    return f"collate: field {path!r}" if path else "collate: samples"
+
+
+def _collate(samples: List[Any], samples_per_gpu: int, path: str) -> Any:
+    elem = samples[0]
+    if isinstance(elem, DataContainer):
+        return _collate_containers(samples, samples_per_gpu, path)
+    _check_same_kind(samples, path)
+    handler = get_handler(elem)
+    if handler is not None:
+        return handler.collate(samples)
+    if isinstance(elem, (str, bytes)):
+        return list(samples)
+    if isinstance(elem, Mapping):
+        return _collate_mappings(samples, samples_per_gpu, path)
+    if isinstance(elem, Sequence):
+        return _collate_sequences(samples, samples_per_gpu, path)
+    return _default_collate(samples, path)
+
+
+def _check_same_kind(samples: List[Any], path: str) -> None:
+    """Every sample's value is of the first one's kind (containers included)."""
+    elem = samples[0]
+    if isinstance(elem, Mapping):
+        kind: Any = Mapping
+    elif isinstance(elem, (str, bytes)):
+        kind = (str, bytes)
+    elif isinstance(elem, Sequence):
+        kind = Sequence
+    else:
+        kind = None
+    for i, s in enumerate(samples):
+        if isinstance(s, DataContainer):
+            raise ValueError(
+                f"{_name(path)}: is a DataContainer in sample {i} but not in sample 0 "
+                f"({type(elem).__name__}); wrap it in every sample or in none"
+            )
+        if kind is not None and (not isinstance(s, kind) or (kind is Sequence and isinstance(s, (str, bytes)))):
+            raise TypeError(
+                f"{_name(path)}: sample 0 holds {type(elem).__name__}, sample {i} holds {type(s).__name__}"
+            )
+
+
+def _collate_containers(samples: List[Any], samples_per_gpu: int, path: str) -> DataContainer:
+    elem: DataContainer = samples[0]
+    for i, s in enumerate(samples):
+        if not isinstance(s, DataContainer):
+            raise ValueError(
+                f"{_name(path)}: is a DataContainer in sample 0 but {type(s).__name__} in sample {i}; "
+                "wrap it in every sample or in none"
+            )
+        for flag in ("cpu_only", "stack") + (("pad_dims", "size_divisor") if elem.stack else ()):
+            if getattr(s, flag) != getattr(elem, flag):
+                raise ValueError(
+                    f"{_name(path)}: {flag} must agree across samples, sample 0 has "
+                    f"{getattr(elem, flag)!r}, sample {i} has {getattr(s, flag)!r}"
+                )
+    chunks = [samples[i : i + samples_per_gpu] for i in range(0, len(samples), samples_per_gpu)]
+    if elem.cpu_only or not elem.stack:
+        return elem.with_data([[s.data for s in chunk] for chunk in chunks])
+    field = _name(path)
+    stacked = [
+        pad_stack(
+            [s.data for s in chunk],
+            elem.pad_dims,
+            [s.padding_value for s in chunk],
+            elem.size_divisor,
+            field=field,
+        )
+        for chunk in chunks
+    ]
+    return elem.with_data(stacked)
+
+
+def _collate_mappings(samples: List[Mapping], samples_per_gpu: int, path: str) -> Mapping:
+    elem = samples[0]
+    keys = list(elem)
+    for i, s in enumerate(samples):
+        if len(s) != len(keys) or any(k not in s for k in keys):
+            missing = [k for k in keys if k not in s]
+            extra = [k for k in s if k not in elem]
+            raise ValueError(
+                f"{_name(path)}: samples must have the same keys; sample {i} lacks {missing} "
+                f"and has extra {extra} compared with sample 0"
+            )
+    return rebuild_mapping(
+        elem, ((k, _collate([s[k] for s in samples], samples_per_gpu, child_path(path, k))) for k in keys)
+    )
+
+
+def _collate_sequences(samples: List[Sequence], samples_per_gpu: int, path: str) -> Any:
+    elem = samples[0]
+    for i, s in enumerate(samples):
+        if len(s) != len(elem):
+            raise ValueError(
+                f"{_name(path)}: lists must have the same length in every sample, "
+                f"sample 0 has {len(elem)}, sample {i} has {len(s)}"
+            )
+    columns = [
+        _collate([s[j] for s in samples], samples_per_gpu, child_path(path, j)) for j in range(len(elem))
+    ]
+    if is_namedtuple(elem):
+        return type(elem)(*columns)
+    return columns
+
+
+def _default_collate(samples: List[Any], path: str) -> Any:
+    elem = samples[0]
+    if isinstance(elem, (torch.Tensor, np.ndarray)):
+        for i, s in enumerate(samples):
+            if type(s) is not type(elem) or s.shape != elem.shape or s.dtype != elem.dtype:
+                raise ValueError(
+                    f"{_name(path)}: plain {type(elem).__name__} fields are stacked over the whole batch "
+                    f"and must agree in type, shape and dtype; sample 0 is {_describe(elem)}, "
+                    f"sample {i} is {_describe(s)} (wrap the field in DataContainer(stack=True) "
+                    "to pad it, or DataContainer() to keep a list)"
+                )
+    try:
+        return default_collate(samples)
+    except (TypeError, RuntimeError) as err:
+        raise TypeError(f"{_name(path)}: cannot batch {type(elem).__name__} values: {err}") from err
+
+
+def _describe(x: Any) -> str:
+    if isinstance(x, (torch.Tensor, np.ndarray)):
+        return f"{type(x).__name__} of shape {tuple(x.shape)} and dtype {x.dtype}"
+    return type(x).__name__

@@ -1,0 +1,171 @@
+"""DataContainer: how one field of one sample is batched and moved."""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Union
+
+import torch
+
+__all__ = ["DataContainer"]
+
+_PAD_DIMS = (None, 1, 2, 3)
+
+
+class DataContainer:
+    """Wraps one field of a sample and says how :func:`mmpar.collate` batches it
+    and how :func:`mmpar.scatter` moves it.
+
+    Three kinds of field:
+
+    =====================  ===================  =====================================
+    kind                   flags                batched as (per chunk)
+    =====================  ===================  =====================================
+    metadata               ``cpu_only=True``    list of the samples' data; never moved
+    images, masks, maps    ``stack=True``       one tensor ``(N, *lead, *padded)``
+    boxes, labels          neither              list of the samples' tensors
+    =====================  ===================  =====================================
+
+    A stacked field of ``N`` samples with shapes ``(*lead, s_1, ..., s_k)`` (``k`` =
+    ``pad_dims``) becomes one tensor of shape ``(N, *lead, p_1, ..., p_k)`` where
+    ``p_j`` is the largest ``s_j`` in the chunk, rounded up to a multiple of
+    ``size_divisor`` when given. Padding goes at the end of each padded dimension
+    (bottom / right) and is filled with each sample's ``padding_value``.
+
+    After :func:`mmpar.collate`, ``data`` is a list with one entry per chunk of
+    ``samples_per_gpu`` samples, and the flags are those of the first sample.
+
+    Args:
+        data: The wrapped value: a tensor, a list of tensors, a dict of metadata...
+        stack: Pad and stack the samples' tensors into one tensor per chunk.
+        padding_value: Value written into the padded margins when stacking.
+        cpu_only: Metadata: batched as a list and never moved to a device.
+        pad_dims: ``None`` (shapes must already agree), or 1, 2 or 3: the number of
+            trailing dimensions padded when stacking.
+        size_divisor: With ``stack=True`` and an integer ``pad_dims``, pad each
+            padded dimension up to a multiple of this (e.g. 32 for FPN backbones).
+
+    Raises:
+        ValueError: ``pad_dims`` outside {None, 1, 2, 3}; ``size_divisor`` that is
+            not a positive integer, or given without ``stack=True`` and an integer
+            ``pad_dims``.
+        TypeError: ``padding_value`` that is not a number.
+    """
+
+    __slots__ = ("_data", "_stack", "_padding_value", "_cpu_only", "_pad_dims", "_size_divisor")
+
+    def __init__(
+        self,
+        data: Any,
+        stack: bool = False,
+        padding_value: Union[int, float] = 0,
+        cpu_only: bool = False,
+        pad_dims: Optional[int] = 2,
+        size_divisor: Optional[int] = None,
+    ) -> None:
+        if pad_dims not in _PAD_DIMS or isinstance(pad_dims, bool):
+            raise ValueError(f"DataContainer: pad_dims must be None, 1, 2 or 3, got {pad_dims!r}")
+        if isinstance(padding_value, bool) or not isinstance(padding_value, (int, float)):
+            raise TypeError(
+                f"DataContainer: padding_value must be an int or float, got {type(padding_value).__name__}"
+            )
+        if size_divisor is not None:
+            if isinstance(size_divisor, bool) or not isinstance(size_divisor, int) or size_divisor < 1:
+                raise ValueError(
+                    f"DataContainer: size_divisor must be a positive int or None, got {size_divisor!r}"
+                )
+            if not stack or pad_dims is None:
+                raise ValueError(
+                    "DataContainer: size_divisor needs stack=True and an integer pad_dims, "
+                    f"got stack={stack!r}, pad_dims={pad_dims!r}"
+                )
+        self._data = data
+        self._stack = bool(stack)
+        self._padding_value = padding_value
+        self._cpu_only = bool(cpu_only)
+        self._pad_dims = pad_dims
+        self._size_divisor = size_divisor
+
+    # Pickling: __slots__ classes need explicit state (DataLoader workers pickle us).
+    def __getstate__(self) -> tuple:
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def __setstate__(self, state: tuple) -> None:
+        for name, value in zip(self.__slots__, state):
+            object.__setattr__(self, name, value)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._data!r})"
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    @property
+    def data(self) -> Any:
+        """The wrapped value (after collate: a list with one entry per chunk)."""
+        return self._data
+
+    @property
+    def datatype(self) -> Union[str, type]:
+        """``tensor.type()`` (e.g. ``'torch.FloatTensor'``) for a tensor, else ``type(data)``."""
+        if isinstance(self._data, torch.Tensor):
+            return self._data.type()
+        return type(self._data)
+
+    @property
+    def cpu_only(self) -> bool:
+        return self._cpu_only
+
+    @property
+    def stack(self) -> bool:
+        return self._stack
+
+    @property
+    def padding_value(self) -> Union[int, float]:
+        return self._padding_value
+
+    @property
+    def pad_dims(self) -> Optional[int]:
+        return self._pad_dims
+
+    @property
+    def size_divisor(self) -> Optional[int]:
+        return self._size_divisor
+
+    # ``size`` and ``dim`` exist only for tensor data, so ``hasattr(dc, "size")``
+    # tells whether the container holds a tensor.
+    @property
+    def size(self) -> Callable[..., Any]:
+        return self._tensor_method("size")
+
+    @property
+    def dim(self) -> Callable[[], int]:
+        return self._tensor_method("dim")
+
+    def _tensor_method(self, name: str) -> Callable[..., Any]:
+        if not isinstance(self._data, torch.Tensor):
+            raise AttributeError(
+                f"DataContainer.{name}() needs tensor data, this one holds {type(self._data).__name__}"
+            )
+        return getattr(self._data, name)
+
+    def with_data(self, data: Any) -> "DataContainer":
+        """A container with the same flags around other data."""
+        return DataContainer(
+            data,
+            stack=self._stack,
+            padding_value=self._padding_value,
+            cpu_only=self._cpu_only,
+            pad_dims=self._pad_dims,
+            size_divisor=self._size_divisor,
+        )
+
+    def pin_memory(self) -> "DataContainer":
+        """A container whose tensors (and registered types) sit in pinned memory.
+
+        ``cpu_only`` data is returned as it is. ``DataLoader(pin_memory=True)``
+        calls this on every container of a batch.
+        """
+        if self._cpu_only:
+            return self
+        from .transfer import pin_memory  # local: transfer imports the type registry
+
+        return self.with_data(pin_memory(self._data))

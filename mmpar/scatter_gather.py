@@ -1,0 +1,330 @@
+"""Container-aware scatter (batches to devices) and gather (results back)."""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+from ._scatter_plan import Plan, container_chunks, make_plan, torch_chunk_sizes
+from ._structures import child_path, dataclass_fields, is_dataclass_instance, is_namedtuple, rebuild_mapping
+from .data_container import DataContainer
+from .devices import Target, resolve_device, resolve_targets
+from .transfer import to_device_batched
+from .type_handlers import get_handler
+
+__all__ = ["scatter", "scatter_kwargs", "gather", "to_device"]
+
+
+class _Pending:
+    """Stands in for a tensor until the batched copy to its target is done."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+
+class _Target:
+    """One target of a scatter: moves (or, on CUDA, collects) the tensors bound for it."""
+
+    def __init__(self, device: torch.device, dtype: Optional[torch.dtype]) -> None:
+        self.device = device
+        self.dtype = dtype
+        self.pending: List[torch.Tensor] = []
+
+    def move(self, t: torch.Tensor) -> Any:
+        if self.device.type == "cpu":
+            t = t.to(self.device)
+            return t.to(self.dtype) if self.dtype is not None and t.is_floating_point() else t
+        self.pending.append(t)
+        return _Pending(len(self.pending) - 1)
+
+    def move_tree(self, obj: Any) -> Any:
+        """Move every tensor in ``obj`` (a container's chunk); numpy arrays become tensors."""
+        if isinstance(obj, torch.Tensor):
+            return self.move(obj)
+        if isinstance(obj, np.ndarray) and obj.dtype != object:
+            return self.move(torch.from_numpy(obj))
+        handler = get_handler(obj)
+        if handler is not None:
+            return handler.to(obj, self.device)
+        if isinstance(obj, Mapping):
+            return rebuild_mapping(obj, ((k, self.move_tree(v)) for k, v in obj.items()))
+        if is_namedtuple(obj):
+            return type(obj)(*(self.move_tree(v) for v in obj))
+        if isinstance(obj, (list, tuple)):
+            moved = [self.move_tree(v) for v in obj]
+            return tuple(moved) if isinstance(obj, tuple) else moved
+        return obj
+
+    def finish(self, obj: Any) -> Any:
+        if not self.pending:
+            return obj
+        moved = to_device_batched(self.pending, self.device, self.dtype)
+        return _fill(obj, moved)
+
+
+def _fill(obj: Any, moved: List[torch.Tensor]) -> Any:
+    """Replace every :class:`_Pending` in ``obj``; unchanged parts keep their identity."""
+    if isinstance(obj, _Pending):
+        return moved[obj.index]
+    if isinstance(obj, (str, bytes, torch.Tensor)) or obj is None:
+        return obj
+    if isinstance(obj, Mapping):
+        items = [(k, _fill(v, moved)) for k, v in obj.items()]
+        return obj if all(new is obj[k] for k, new in items) else rebuild_mapping(obj, items)
+    if isinstance(obj, (list, tuple)):
+        items = [_fill(v, moved) for v in obj]
+        if all(new is old for new, old in zip(items, obj)):
+            return obj
+        if is_namedtuple(obj):
+            return type(obj)(*items)
+        return tuple(items) if isinstance(obj, tuple) else items
+    if is_dataclass_instance(obj):
+        changes = {name: _fill(getattr(obj, name), moved) for name in dataclass_fields(obj)}
+        changes = {k: v for k, v in changes.items() if v is not getattr(obj, k)}
+        return dataclasses.replace(obj, **changes) if changes else obj
+    return obj
+
+
+def _split(obj: Any, plan: Plan, targets: List[_Target], path: str) -> Optional[List[Any]]:
+    """``obj`` cut into ``plan.n`` per-target pieces, or ``None``: give ``obj`` itself to all."""
+    if isinstance(obj, torch.Tensor):
+        if obj.dim() == 0 or plan.n == 1:
+            pieces: Sequence[torch.Tensor] = [obj] * plan.n
+        elif plan.sizes is not None:
+            pieces = torch.split(obj, plan.sizes, plan.dim)
+        else:
+            pieces = torch.chunk(obj, len(targets), plan.dim)
+        return [target.move(p) for target, p in zip(targets, pieces)]
+    if isinstance(obj, DataContainer):
+        chunks = container_chunks(obj)
+        if obj.cpu_only:
+            return chunks
+        return [target.move_tree(c) for target, c in zip(targets, chunks)]
+    handler = get_handler(obj)
+    if handler is not None:
+        if plan.n == 1:
+            parts: Sequence[Any] = [obj]
+        else:
+            parts = handler.split(obj, plan.sizes or torch_chunk_sizes(handler.length(obj), len(targets)))
+        return [handler.to(p, target.device) for target, p in zip(targets, parts)]
+    if isinstance(obj, (str, bytes)):
+        return None
+    if isinstance(obj, Mapping):
+        split = {k: _split(v, plan, targets, child_path(path, k)) for k, v in obj.items()}
+        if all(s is None for s in split.values()):
+            return None
+        return [
+            rebuild_mapping(obj, ((k, obj[k] if s is None else s[i]) for k, s in split.items()))
+            for i in range(plan.n)
+        ]
+    if isinstance(obj, (list, tuple)):
+        columns = [_split(v, plan, targets, child_path(path, j)) for j, v in enumerate(obj)]
+        if all(c is None for c in columns):
+            return None
+        rows = [[v if c is None else c[i] for v, c in zip(obj, columns)] for i in range(plan.n)]
+        if is_namedtuple(obj):
+            return [type(obj)(*row) for row in rows]
+        return [tuple(row) for row in rows] if isinstance(obj, tuple) else rows
+    if is_dataclass_instance(obj):
+        fields = {name: _split(getattr(obj, name), plan, targets, child_path(path, name)) for name in dataclass_fields(obj)}
+        fields = {k: v for k, v in fields.items() if v is not None}
+        if not fields:
+            return None
+        return [dataclasses.replace(obj, **{k: v[i] for k, v in fields.items()}) for i in range(plan.n)]
+    return None
+
+
+def _check_dtype(dtype: Optional[torch.dtype]) -> None:
+    if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
+        raise ValueError(f"scatter: dtype must be a floating-point torch.dtype or None, got {dtype!r}")
+
+
+def _scatter(
+    inputs: Any,
+    target_gpus: Sequence[Target],
+    dim: int,
+    chunk_sizes: Optional[Sequence[int]],
+    max_size: Optional[int],
+    dtype: Optional[torch.dtype],
+    hint: str = "",
+) -> List[Any]:
+    devices = resolve_targets(target_gpus)
+    _check_dtype(dtype)
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise TypeError(f"scatter: dim must be an int, got {type(dim).__name__}")
+    plan = make_plan(inputs, len(devices), dim, chunk_sizes, max_size, hint)
+    targets = [_Target(d, dtype) for d in devices[: plan.n]]
+    pieces = _split(inputs, plan, targets, "")
+    if pieces is None:
+        return [inputs] * plan.n
+    return [target.finish(piece) for target, piece in zip(targets, pieces)]
+
+
+def scatter(
+    inputs: Any,
+    target_gpus: Sequence[Target],
+    dim: int = 0,
+    chunk_sizes: Optional[Sequence[int]] = None,
+    max_size: Optional[int] = None,
+    dtype: Optional[torch.dtype] = None,
+) -> List[Any]:
+    """Split a batch over targets and move each piece there, unwrapping DataContainers.
+
+    * A tensor is cut along ``dim`` like ``torch.chunk`` (at the containers' chunk
+      boundaries when the inputs hold collated containers, or at ``chunk_sizes``);
+      for a single target it is passed whole (on the CPU: the tensor itself).
+    * A DataContainer gives its chunk ``i`` to target ``i``: ``cpu_only`` data as
+      it is, other data (tensors, lists of tensors, numpy arrays as tensors) moved.
+    * Tuples, lists, dicts, namedtuples and dataclasses are rebuilt per target.
+    * Strings, numbers, ``None``, numpy arrays outside containers and containers
+      holding nothing to split are given, by reference, to every used target.
+
+    Args:
+        inputs: The batch, typically what :func:`mmpar.collate` returned.
+        target_gpus: Targets: ints (``-1`` = CPU), ``"cpu"``, ``"cuda:k"`` or
+            ``torch.device``; a target may repeat (``["cpu", "cpu"]``).
+        dim: Dimension along which plain tensors are cut.
+        chunk_sizes: Explicit samples per used target, summing to the size of ``dim``.
+        max_size: The most samples any one target may receive (a check, not a rule).
+        dtype: Floating-point tensors are cast to it on their target.
+
+    Returns:
+        One entry per used target, in order: as many as the pieces the inputs split
+        into (all targets when nothing splits), never more than the targets.
+
+    Raises:
+        TypeError: Bad ``target_gpus`` or ``dim``.
+        ValueError: No targets, an unknown or unavailable target, fields that split
+            into different numbers of pieces or more pieces than targets, bad
+            ``chunk_sizes``, a piece over ``max_size``, or a non-float ``dtype``.
+    """
+    return _scatter(inputs, target_gpus, dim, chunk_sizes, max_size, dtype)
+
+
+def scatter_kwargs(
+    inputs: Any,
+    kwargs: Optional[Dict[str, Any]],
+    target_gpus: Sequence[Target],
+    dim: int = 0,
+    chunk_sizes: Optional[Sequence[int]] = None,
+    max_size: Optional[int] = None,
+    dtype: Optional[torch.dtype] = None,
+) -> Tuple[Tuple[Tuple[Any, ...], ...], Tuple[Dict[str, Any], ...]]:
+    """Scatter positional and keyword inputs together (one cut for both).
+
+    Returns:
+        ``(inputs, kwargs)``: a tuple of positional-argument tuples and a tuple of
+        keyword dicts, one of each per used target.
+
+    Raises:
+        As :func:`scatter`.
+    """
+    if inputs is None:
+        inputs = ()
+    elif not isinstance(inputs, (tuple, list)):
+        inputs = (inputs,)
+    pieces = _scatter((tuple(inputs), dict(kwargs or {})), target_gpus, dim, chunk_sizes, max_size, dtype)
+    return tuple(tuple(args) for args, _ in pieces), tuple(kw for _, kw in pieces)
+
+
+def to_device(data: Any, device: Target) -> Any:
+    """Unwrap every DataContainer of a batch collated for one device and move it there.
+
+    For code that uses no wrapper: ``model(**to_device(batch, "cuda:0"))``.
+
+    Raises:
+        ValueError: A container holds several chunks (use :func:`scatter`), or
+            ``device`` is unknown or unavailable.
+    """
+    hint = "; to_device moves a batch collated for one device, use scatter(data, targets) to split it"
+    return _scatter(data, [device], 0, None, None, None, hint)[0]
+
+
+def gather(outputs: Sequence[Any], target_device: Target, dim: int = 0) -> Any:
+    """Bring per-target outputs back to one device; the inverse of :func:`scatter`
+    for what models return.
+
+    Tensors are moved and concatenated along ``dim`` (0-dim tensors stacked into a
+    vector); mappings gathered key by key; tuples, namedtuples and dataclasses field
+    by field; lists concatenated in target order (per-image results come back as
+    one list, in sample order) with their tensors moved; ``None`` stays ``None``;
+    registered types use their ``gather`` hook; other values come back as the list
+    of per-target values. Padding added by collate is not undone.
+
+    Args:
+        outputs: One output per target.
+        target_device: Where the result goes (``-1`` or ``"cpu"`` for the CPU).
+        dim: Dimension along which tensors are concatenated.
+
+    Raises:
+        TypeError: ``outputs`` is not a non-empty list or tuple, or targets returned
+            different kinds of values for one field.
+        ValueError: Mappings with different keys (the message names them), tuples
+            of different lengths, or an unknown ``target_device``.
+    """
+    device = resolve_device(target_device, "gather: target_device")
+    if not isinstance(outputs, (list, tuple)):
+        raise TypeError(f"gather: outputs must be a list with one entry per target, got {type(outputs).__name__}")
+    if len(outputs) == 0:
+        raise ValueError("gather: outputs is empty, expected one entry per target")
+    return _gather(list(outputs), device, dim, "")
+
+
+def _gather(items: List[Any], device: torch.device, dim: int, path: str) -> Any:
+    first = items[0]
+    name = f"gather: field {path!r}" if path else "gather: outputs"
+    for i, item in enumerate(items):
+        if type(item) is not type(first) and not (isinstance(first, Mapping) and isinstance(item, Mapping)):
+            raise TypeError(f"{name}: target 0 returned {type(first).__name__}, target {i} {type(item).__name__}")
+    if first is None:
+        return None
+    if isinstance(first, torch.Tensor):
+        moved = [t.to(device) for t in items]
+        return torch.stack(moved) if first.dim() == 0 else torch.cat(moved, dim)
+    handler = get_handler(first)
+    if handler is not None:
+        return handler.gather(items, device)
+    if isinstance(first, Mapping):
+        keys = list(first)
+        for i, item in enumerate(items):
+            if set(item) != set(keys):
+                raise ValueError(
+                    f"{name}: targets returned different keys; target {i} lacks "
+                    f"{sorted(map(str, set(keys) - set(item)))} and adds {sorted(map(str, set(item) - set(keys)))}"
+                )
+        return rebuild_mapping(first, ((k, _gather([it[k] for it in items], device, dim, child_path(path, k))) for k in keys))
+    if isinstance(first, list):
+        return [_to(x, device) for item in items for x in item]
+    if isinstance(first, tuple):
+        if any(len(item) != len(first) for item in items):
+            raise ValueError(f"{name}: targets returned tuples of lengths {[len(it) for it in items]}")
+        columns = [_gather(list(col), device, dim, child_path(path, j)) for j, col in enumerate(zip(*items))]
+        return type(first)(*columns) if is_namedtuple(first) else tuple(columns)
+    if is_dataclass_instance(first):
+        return dataclasses.replace(
+            first,
+            **{n: _gather([getattr(it, n) for it in items], device, dim, child_path(path, n)) for n in dataclass_fields(first)},
+        )
+    return items
+
+
+def _to(obj: Any, device: torch.device) -> Any:
+    """``obj`` with every tensor in it on ``device`` (structure kept)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    handler = get_handler(obj)
+    if handler is not None:
+        return handler.to(obj, device)
+    if isinstance(obj, Mapping):
+        return rebuild_mapping(obj, ((k, _to(v, device)) for k, v in obj.items()))
+    if is_namedtuple(obj):
+        return type(obj)(*(_to(v, device) for v in obj))
+    if isinstance(obj, (list, tuple)):
+        moved = [_to(v, device) for v in obj]
+        return tuple(moved) if isinstance(obj, tuple) else moved
+    return obj

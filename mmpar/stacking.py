@@ -1,0 +1,148 @@
+"""Pad tensors of different sizes and stack them, in one copy."""
+from __future__ import annotations
+
+import math
+from typing import List, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.utils.data
+
+__all__ = ["padded_shape", "pad_stack", "empty_shared"]
+
+Number = Union[int, float]
+
+
+def padded_shape(
+    shapes: Sequence[Sequence[int]], pad_dims: Optional[int], size_divisor: Optional[int] = None
+) -> Tuple[int, ...]:
+    """The common shape of one sample after padding (without the batch dimension).
+
+    Args:
+        shapes: Each sample's shape; all of the same length.
+        pad_dims: Number of trailing dimensions padded, or ``None`` for none.
+        size_divisor: Round each padded dimension up to a multiple of it.
+
+    Returns:
+        The leading dimensions of the first shape followed by, for each of the last
+        ``pad_dims`` dimensions, the largest size among the shapes (rounded up).
+    """
+    first = tuple(shapes[0])
+    k = 0 if pad_dims is None else pad_dims
+    lead = first[: len(first) - k]
+    padded = []
+    for d in range(len(first) - k, len(first)):
+        size = max(s[d] for s in shapes)
+        if size_divisor is not None:
+            size = int(math.ceil(size / size_divisor)) * size_divisor
+        padded.append(size)
+    return lead + tuple(padded)
+
+
+def empty_shared(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+    """An uninitialised CPU tensor whose storage is allocated in shared memory.
+
+    A DataLoader worker sends such a tensor to the main process by handing over
+    the shared segment, without the copy that moving an ordinary tensor costs.
+    This is what ``torch.utils.data.default_collate`` does for what it stacks;
+    the storage constructor it uses is private, hence this one isolated call
+    (``tests/test_stacking.py`` fails loudly if torch removes it).
+    """
+    numel = math.prod(shape)
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    storage = torch.UntypedStorage._new_shared(numel * itemsize)
+    return torch.empty(0, dtype=dtype).set_(storage, 0, tuple(shape))
+
+
+def _check_stackable(tensors: Sequence[torch.Tensor], pad_dims: Optional[int], field: str) -> None:
+    first = tensors[0]
+    k = 0 if pad_dims is None else pad_dims
+    for i, t in enumerate(tensors):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{field}: stack=True needs tensors, sample {i} holds {type(t).__name__}")
+        if t.dim() < k:
+            raise ValueError(
+                f"{field}: pad_dims={pad_dims} needs tensors of at least {k} dimensions, "
+                f"sample {i} has shape {tuple(t.shape)}"
+            )
+        if t.dim() != first.dim() or t.shape[: t.dim() - k] != first.shape[: first.dim() - k]:
+            what = "shapes" if pad_dims is None else f"dimensions before the last {k}"
+            raise ValueError(
+                f"{field}: {what} must agree to stack, sample 0 has shape {tuple(first.shape)}, "
+                f"sample {i} has {tuple(t.shape)}"
+            )
+        if t.dtype != first.dtype:
+            raise ValueError(
+                f"{field}: dtypes must agree to stack, sample 0 is {first.dtype}, sample {i} is {t.dtype}"
+            )
+        if t.device != first.device:
+            raise ValueError(
+                f"{field}: devices must agree to stack, sample 0 is on {first.device}, "
+                f"sample {i} on {t.device}"
+            )
+
+
+def pad_stack(
+    tensors: Sequence[torch.Tensor],
+    pad_dims: Optional[int],
+    padding_values: Union[Number, Sequence[Number]] = 0,
+    size_divisor: Optional[int] = None,
+    field: str = "tensors",
+) -> torch.Tensor:
+    """Pad tensors at the end of their last ``pad_dims`` dimensions and stack them.
+
+    The batch is allocated once, each sample is copied into its corner, and only
+    the margins are filled with the padding value: one write per element, no
+    padded temporaries. Inside a DataLoader worker the batch lives in shared
+    memory (see :func:`empty_shared`). The dtype is kept.
+
+    Args:
+        tensors: ``N`` tensors of shape ``(*lead, s_1, ..., s_k)`` with equal
+            ``lead``, dtype and device.
+        pad_dims: ``k``, the number of trailing dimensions padded, or ``None``
+            (shapes must then agree).
+        padding_values: One value for all samples, or one per sample.
+        size_divisor: Round every padded dimension up to a multiple of it.
+        field: Name of the field, for error messages.
+
+    Returns:
+        A tensor of shape ``(N, *lead, p_1, ..., p_k)``, ``p_j`` the largest
+        ``s_j`` (rounded up to ``size_divisor``).
+
+    Raises:
+        TypeError: An entry is not a tensor.
+        ValueError: Empty input, too few dimensions for ``pad_dims``, or leading
+            dimensions, dtypes or devices that disagree.
+    """
+    if len(tensors) == 0:
+        raise ValueError(f"{field}: nothing to stack, got no tensors")
+    _check_stackable(tensors, pad_dims, field)
+    if isinstance(padding_values, (int, float)):
+        padding_values = [padding_values] * len(tensors)
+    first = tensors[0]
+    shape = (len(tensors),) + padded_shape([t.shape for t in tensors], pad_dims, size_divisor)
+    if first.device.type == "cpu" and torch.utils.data.get_worker_info() is not None:
+        out = empty_shared(shape, first.dtype)
+    else:
+        out = torch.empty(shape, dtype=first.dtype, device=first.device)
+    k = 0 if pad_dims is None else pad_dims
+    for sample, t, value in zip(out, tensors, padding_values):
+        _fill_margins(sample, t.shape, k, value)
+        sample[tuple(slice(0, s) for s in t.shape)].copy_(t)
+    return out
+
+
+def _fill_margins(sample: torch.Tensor, content: torch.Size, k: int, value: Number) -> None:
+    """Fill the part of ``sample`` outside ``content`` (the last ``k`` dims padded).
+
+    The margin is cut into ``k`` disjoint slabs: slab ``j`` spans the content in
+    the padded dims before ``j``, the padding in dim ``j`` and everything after.
+    """
+    ndim = sample.dim()
+    for j in range(ndim - k, ndim):
+        if content[j] == sample.shape[j]:
+            continue
+        index: List[slice] = [slice(None)] * ndim
+        for d in range(ndim - k, j):
+            index[d] = slice(0, content[d])
+        index[j] = slice(content[j], None)
+        sample[tuple(index)].fill_(value)

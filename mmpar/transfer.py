@@ -1,0 +1,148 @@
+"""Moving tensors to a device: batched host-to-GPU copies on a side stream, and pinning.
+
+A detection batch holds a few large tensors (images) and many small ones (each
+image's boxes and labels). One ``cudaMemcpy`` per small tensor costs far more in
+launch overhead than in bytes, so the small ones bound for one device are packed
+into one pinned byte buffer, copied once, and cut back into typed views on the
+device. Copies run on a per-device side stream with ``non_blocking=True``; the
+consuming (current) stream then waits on the copy stream, and every output
+records the consuming stream so the caching allocator does not reuse its memory
+while the consumer may still read it.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from ._structures import is_namedtuple, rebuild_mapping
+from .type_handlers import get_handler
+
+__all__ = ["PACK_LIMIT", "pack", "unpack", "to_device_batched", "pin_memory"]
+
+#: Tensors of at most this many bytes travel packed into one copy per device.
+PACK_LIMIT = 1 << 20
+#: Byte alignment of each packed tensor, enough for any dtype's ``view``.
+_ALIGN = 64
+
+_Layout = List[Tuple[int, int, torch.dtype, torch.Size]]  # offset, nbytes, dtype, shape
+_copy_streams: Dict[int, "torch.cuda.Stream"] = {}
+
+
+def pack(tensors: Sequence[torch.Tensor], pin: bool = False) -> Tuple[torch.Tensor, _Layout]:
+    """Copy tensors into one flat ``uint8`` buffer.
+
+    Args:
+        tensors: CPU tensors of any dtype and shape.
+        pin: Allocate the buffer in pinned (page-locked) memory.
+
+    Returns:
+        ``(buffer, layout)``: the bytes of every tensor, each starting at a
+        multiple of 64, and for each tensor its ``(offset, nbytes, dtype, shape)``.
+    """
+    layout: _Layout = []
+    offset = 0
+    for t in tensors:
+        nbytes = t.numel() * t.element_size()
+        layout.append((offset, nbytes, t.dtype, t.shape))
+        offset += -(-nbytes // _ALIGN) * _ALIGN
+    buffer = torch.empty(offset, dtype=torch.uint8, pin_memory=pin)
+    for t, (start, nbytes, _, _) in zip(tensors, layout):
+        if nbytes:
+            buffer[start : start + nbytes].copy_(t.contiguous().reshape(-1).view(torch.uint8))
+    return buffer, layout
+
+
+def unpack(buffer: torch.Tensor, layout: _Layout) -> List[torch.Tensor]:
+    """Typed views into a buffer made by :func:`pack` (on whatever device it is now)."""
+    return [
+        buffer[start : start + nbytes].view(dtype).view(shape)
+        for start, nbytes, dtype, shape in layout
+    ]
+
+
+def _copy_stream(device: torch.device) -> "torch.cuda.Stream":
+    stream = _copy_streams.get(device.index)
+    if stream is None:
+        stream = _copy_streams[device.index] = torch.cuda.Stream(device)
+    return stream
+
+
+def to_device_batched(
+    tensors: Sequence[torch.Tensor], device: torch.device, dtype: Optional[torch.dtype] = None
+) -> List[torch.Tensor]:
+    """Move tensors to one device, casting floating-point ones to ``dtype``.
+
+    On a CPU target this is ``tensor.to``: no copy when nothing changes. On a
+    CUDA target, CPU tensors of at most :data:`PACK_LIMIT` bytes go in one packed
+    copy, larger ones each in their own; all host-to-device copies run on a side
+    stream that the current stream then waits on.
+
+    Args:
+        tensors: Tensors on any devices.
+        device: The target.
+        dtype: If given, floating-point tensors are cast to it on the target.
+
+    Returns:
+        The moved tensors, in order.
+    """
+    if device.type != "cuda":
+        return [_cast(t.to(device), dtype) for t in tensors]
+    out: List[Optional[torch.Tensor]] = [None] * len(tensors)
+    small = [i for i, t in enumerate(tensors) if t.device.type == "cpu" and _nbytes(t) <= PACK_LIMIT]
+    large = [i for i, t in enumerate(tensors) if t.device.type == "cpu" and _nbytes(t) > PACK_LIMIT]
+    for i, t in enumerate(tensors):
+        if t.device.type != "cpu":  # already on a GPU: an ordinary ordered copy
+            out[i] = t.to(device, non_blocking=True)
+    current = torch.cuda.current_stream(device)
+    stream = _copy_stream(device)
+    copied: List[torch.Tensor] = []
+    with torch.cuda.device(device), torch.cuda.stream(stream):
+        if small:
+            buffer, layout = pack([tensors[i] for i in small], pin=True)
+            on_device = buffer.to(device, non_blocking=True)
+            copied.append(on_device)
+            for i, view in zip(small, unpack(on_device, layout)):
+                out[i] = view
+        for i in large:
+            out[i] = tensors[i].to(device, non_blocking=True)
+            copied.append(out[i])
+    current.wait_stream(stream)
+    for t in copied:
+        t.record_stream(current)
+    return [_cast(t, dtype) for t in out]  # casts run on the current stream
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def _cast(t: torch.Tensor, dtype: Optional[torch.dtype]) -> torch.Tensor:
+    if dtype is not None and t.is_floating_point():
+        return t.to(dtype)
+    return t
+
+
+def pin_memory(data: Any) -> Any:
+    """``data`` with every tensor (and registered type) in pinned memory.
+
+    Containers are rebuilt with their types; DataContainers pin their own data
+    (``cpu_only`` ones are left alone); other objects are returned as they are.
+    """
+    if isinstance(data, torch.Tensor):
+        return data.pin_memory()
+    handler = get_handler(data)
+    if handler is not None:
+        return handler.pin_memory(data)
+    if hasattr(data, "pin_memory") and not isinstance(data, type):  # DataContainer and friends
+        return data.pin_memory()
+    if isinstance(data, Mapping):
+        return rebuild_mapping(data, ((k, pin_memory(v)) for k, v in data.items()))
+    if is_namedtuple(data):
+        return type(data)(*(pin_memory(v) for v in data))
+    if isinstance(data, tuple):
+        return tuple(pin_memory(v) for v in data)
+    if isinstance(data, list):
+        return [pin_memory(v) for v in data]
+    return data
