@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""mmpar benchmarks: each section measures its candidates side by side in one run.
+
+Usage::
+
+    python tools/benchmark.py                 # every section
+    python tools/benchmark.py collate padding # some sections
+    python tools/benchmark.py --quick         # few repeats, small sizes (smoke run)
+
+Sections live in ``tools/bench/<name>.py`` and each defines ``run(quick) -> str``
+returning a Markdown section (the figures in ``docs/benchmarks.md`` are its output).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import platform
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+BENCH_DIR = Path(__file__).resolve().parent / "bench"
+
+
+def sections() -> list:
+    return sorted(p.stem for p in BENCH_DIR.glob("*.py") if not p.stem.startswith("_"))
+
+
+def load(name: str) -> ModuleType:
+    path = BENCH_DIR / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"mmpar_bench_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def main(argv: list = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("sections", nargs="*", help=f"sections to run (default: all of {sections()})")
+    parser.add_argument("--quick", action="store_true", help="few repeats and small sizes")
+    args = parser.parse_args(argv)
+    chosen = args.sections or sections()
+    unknown = [s for s in chosen if s not in sections()]
+    if unknown:
+        parser.error(f"unknown section(s) {unknown}; available: {sections()}")
+    print(f"<!-- torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}, "
+          f"command: python tools/benchmark.py {' '.join(sys.argv[1:])} -->\n")
+    for name in chosen:
+        print(load(name).run(quick=args.quick), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
