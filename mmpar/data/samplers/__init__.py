@@ -1,0 +1,10 @@
+"""Samplers that keep batches to one group (orientation) and, optionally, one shape.
+
+See :mod:`mmpar.data.samplers._dataset_info` for what a dataset may expose
+(``flag``, ``img_sizes``).
+"""
+from .distributed_group_sampler import DistributedGroupSampler
+from .distributed_sampler import DistributedSampler
+from .group_sampler import GroupSampler
+
+__all__ = ["DistributedGroupSampler", "DistributedSampler", "GroupSampler"]

@@ -1,0 +1,118 @@
+"""What every sampler shares: a seed synced over ranks, an epoch, argument checks."""
+from __future__ import annotations
+
+from typing import Any, Callable, List, Optional, Tuple
+
+import numpy as np
+
+from mmpar.dist_utils import get_dist_info, sync_random_seed
+
+__all__ = ["EpochSeeded", "check_positive_int", "resolve_replicas", "resolve_seed"]
+
+
+def check_positive_int(value: Any, name: str, owner: str) -> int:
+    """Return ``value`` if it is an int >= 1.
+
+    Raises:
+        TypeError: not an int (bools rejected).
+        ValueError: < 1.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{owner}: {name} must be an int, got {type(value).__name__} {value!r}")
+    if value < 1:
+        raise ValueError(f"{owner}: {name} must be >= 1, got {value}")
+    return int(value)
+
+
+def resolve_seed(seed: Optional[int], owner: str) -> int:
+    """The sampler seed: ``seed``, or when ``None`` rank 0's random seed.
+
+    ``None`` calls :func:`mmpar.dist_utils.sync_random_seed`, which draws a seed
+    on rank 0 and broadcasts it, so that every rank shuffles the same way.
+
+    Raises:
+        TypeError: ``seed`` is neither ``None`` nor an int.
+    """
+    if seed is None:
+        seed = sync_random_seed()
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"{owner}: seed must be an int or None, got {type(seed).__name__} {seed!r}")
+    return int(seed)
+
+
+def resolve_replicas(num_replicas: Optional[int], rank: Optional[int], owner: str) -> Tuple[int, int]:
+    """``(num_replicas, rank)``, each taken from the process group when ``None``.
+
+    Raises:
+        TypeError: a non-int value.
+        ValueError: ``num_replicas`` < 1 or ``rank`` outside ``[0, num_replicas)``.
+    """
+    if num_replicas is None or rank is None:
+        group_rank, group_size = get_dist_info()
+        num_replicas = group_size if num_replicas is None else num_replicas
+        rank = group_rank if rank is None else rank
+    num_replicas = check_positive_int(num_replicas, "num_replicas", owner)
+    if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)):
+        raise TypeError(f"{owner}: rank must be an int, got {type(rank).__name__} {rank!r}")
+    if not 0 <= rank < num_replicas:
+        raise ValueError(
+            f"{owner}: rank must be in [0, {num_replicas}) (num_replicas={num_replicas}), got {rank}"
+        )
+    return num_replicas, int(rank)
+
+
+class EpochSeeded:
+    """Mixin: a seed, the current epoch and a random generator derived from both.
+
+    ``set_epoch(epoch)`` selects the order of the next pass; the same
+    ``(seed, epoch)`` always gives the same order and different epochs give
+    different ones. Callbacks registered with :meth:`add_epoch_hook` run on
+    every ``set_epoch`` (``build_dataloader`` uses one to reseed its workers).
+    """
+
+    _seed: int
+    _epoch: int
+    _epoch_hooks: List[Callable[[int], None]]
+
+    def _init_epoch(self, seed: Optional[int], owner: str) -> None:
+        self._seed = resolve_seed(seed, owner)
+        self._epoch = 0
+        self._epoch_hooks = []
+
+    @property
+    def seed(self) -> int:
+        """The seed shared by every rank."""
+        return self._seed
+
+    @property
+    def epoch(self) -> int:
+        """The epoch last given to :meth:`set_epoch` (0 before any call)."""
+        return self._epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch whose order the next iteration yields.
+
+        Args:
+            epoch: The epoch number, >= 0.
+
+        Raises:
+            TypeError: ``epoch`` is not an int.
+            ValueError: ``epoch`` < 0.
+        """
+        if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)):
+            raise TypeError(
+                f"{type(self).__name__}.set_epoch: epoch must be an int, got {type(epoch).__name__}"
+            )
+        if epoch < 0:
+            raise ValueError(f"{type(self).__name__}.set_epoch: epoch must be >= 0, got {epoch}")
+        self._epoch = int(epoch)
+        for hook in self._epoch_hooks:
+            hook(self._epoch)
+
+    def add_epoch_hook(self, hook: Callable[[int], None]) -> None:
+        """Call ``hook(epoch)`` on every later :meth:`set_epoch`."""
+        self._epoch_hooks.append(hook)
+
+    def _rng(self) -> np.random.Generator:
+        # SeedSequence needs non-negative entries; a negative seed wraps modulo 2**64.
+        return np.random.default_rng([self._seed % (1 << 64), self._epoch])

@@ -1,0 +1,121 @@
+"""DistributedGroupSampler: one-group batches, the same number on every rank."""
+from __future__ import annotations
+
+from typing import Any, Iterator, List, Optional, Union
+
+import numpy as np
+from torch.utils.data import Sampler
+
+from ._batching import plan_batches
+from ._dataset_info import dataset_length, group_ids, image_sizes
+from ._epoch import EpochSeeded, check_positive_int, resolve_replicas
+
+__all__ = ["DistributedGroupSampler"]
+
+
+class DistributedGroupSampler(EpochSeeded, Sampler):
+    """Splits one-group batches of ``samples_per_gpu`` samples over the ranks.
+
+    Every rank builds the same epoch plan from the shared ``(seed, epoch)``,
+    as :class:`~mmpar.data.samplers.group_sampler.GroupSampler` does with
+    ``batch_size = samples_per_gpu``, then takes every ``num_replicas``-th batch
+    starting at its ``rank``. The dataset contract (``len``, optional ``flag``
+    and ``img_sizes``) is described in :mod:`mmpar.data.samplers._dataset_info`.
+
+    Repeats, so that every batch is full and every rank gets the same number of
+    batches (DDP needs both):
+
+    1. A group of ``n`` samples with ``r = n % samples_per_gpu > 0`` completes
+       its short last batch with the ``samples_per_gpu - r`` samples that precede
+       it in the group's order of the epoch (the end of the batch before it);
+       a group smaller than one batch repeats its own samples.
+    2. When the ``T`` batches of the epoch are not a multiple of
+       ``num_replicas``, the first ``ceil(T / num_replicas) * num_replicas - T``
+       batches of the epoch order are appended again (cycling when ``T`` is
+       smaller than ``num_replicas``).
+
+    So every sample is seen at least once per epoch over all ranks; at most
+    ``samples_per_gpu - 1`` samples per group and ``num_replicas - 1`` batches
+    repeat (more only for a dataset smaller than ``num_replicas`` batches).
+
+    Usable as an index sampler (``DataLoader(sampler=..., batch_size=
+    samples_per_gpu)``: every batch is full, so the index stream stays aligned)
+    or, with ``batch_sampler=True``, as ``DataLoader(batch_sampler=...)``.
+
+    Args:
+        dataset: Sized dataset, optionally with ``flag`` and ``img_sizes``.
+        samples_per_gpu: Samples per batch on each rank, >= 1.
+        num_replicas: Number of ranks; ``None`` takes the process group's size
+            (1 without a group).
+        rank: This rank; ``None`` takes the process group's rank.
+        seed: Seed of the order; ``None`` takes rank 0's random seed through
+            :func:`mmpar.dist_utils.sync_random_seed` (the same on every rank).
+        shuffle: Draw a new random order every epoch; without it batches come
+            group by group in dataset order.
+        size_aware: Batch samples of similar shape together (needs ``img_sizes``).
+        batch_sampler: Yield index lists instead of single indices.
+        pool_batches: Batches per size-sorting pool, >= 1.
+
+    Raises:
+        TypeError: non-int arguments where ints are expected; a dataset without
+            ``__len__``.
+        ValueError: ``samples_per_gpu``, ``num_replicas`` or ``pool_batches`` < 1,
+            ``rank`` outside ``[0, num_replicas)``, or a ``flag`` or
+            ``img_sizes`` that does not match the dataset.
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        samples_per_gpu: int = 1,
+        num_replicas: Optional[int] = None,
+        rank: Optional[int] = None,
+        seed: Optional[int] = None,
+        shuffle: bool = True,
+        size_aware: bool = False,
+        batch_sampler: bool = False,
+        pool_batches: int = 16,
+    ) -> None:
+        owner = type(self).__name__
+        self.samples_per_gpu = check_positive_int(samples_per_gpu, "samples_per_gpu", owner)
+        self.pool_batches = check_positive_int(pool_batches, "pool_batches", owner)
+        self.num_replicas, self.rank = resolve_replicas(num_replicas, rank, owner)
+        self.shuffle = bool(shuffle)
+        self.size_aware = bool(size_aware)
+        self.batch_sampler = bool(batch_sampler)
+        self.num_samples = dataset_length(dataset, owner)
+        self.flag = group_ids(dataset, owner)
+        self.sizes = image_sizes(dataset, owner) if size_aware else None
+        group_sizes = np.bincount(np.unique(self.flag, return_inverse=True)[1].ravel())
+        total = int(np.ceil(group_sizes / self.samples_per_gpu).sum())
+        self.num_batches = -(-total // self.num_replicas)
+        self._init_epoch(seed, owner)
+
+    def batches(self) -> List[List[int]]:
+        """This rank's batches of the current epoch, each of ``samples_per_gpu``."""
+        plan = plan_batches(
+            self.flag,
+            self.sizes,
+            self.samples_per_gpu,
+            self._rng() if self.shuffle else None,
+            self.size_aware,
+            self.pool_batches,
+            fill=True,
+        )
+        if not plan:
+            return []
+        missing = self.num_batches * self.num_replicas - len(plan)
+        plan.extend(plan[k % len(plan)] for k in range(missing))
+        return plan[self.rank :: self.num_replicas]
+
+    def __iter__(self) -> Iterator[Union[int, List[int]]]:
+        batches = self.batches()
+        if self.batch_sampler:
+            return iter(batches)
+        return iter([i for b in batches for i in b])
+
+    def __len__(self) -> int:
+        """Batches per epoch on this rank (``batch_sampler=True``) or indices."""
+        if self.batch_sampler:
+            return self.num_batches
+        return self.num_batches * self.samples_per_gpu

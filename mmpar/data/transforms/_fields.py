@@ -1,0 +1,89 @@
+"""Helpers shared by the transforms: reading the results dict and its field lists.
+
+A pipeline passes one ``results`` dict from step to step. Besides the data, it
+names which keys hold images, boxes and segmentation maps, so that a geometric
+transform moves all of them together:
+
+* ``img_fields``: HWC (or HW) numpy images, e.g. ``["img"]``;
+* ``bbox_fields``: ``(K, 4)`` float32 x1y1x2y2 pixel boxes, e.g.
+  ``["gt_bboxes", "gt_bboxes_ignore"]``;
+* ``seg_fields``: HW integer label maps, e.g. ``["gt_semantic_seg"]``.
+"""
+from __future__ import annotations
+
+from typing import Any, List, Mapping
+
+import numpy as np
+import torch
+
+__all__ = ["require", "img_fields", "bbox_fields", "seg_fields", "add_field", "check_boxes", "array_to_tensor"]
+
+
+def require(results: Mapping[str, Any], key: str, owner: str) -> Any:
+    """``results[key]``, or a KeyError that says which step needed it.
+
+    Raises:
+        TypeError: ``results`` is not a dict.
+        KeyError: ``key`` is missing.
+    """
+    if not isinstance(results, Mapping):
+        raise TypeError(f"{owner}: results must be a dict, got {type(results).__name__}")
+    if key not in results:
+        raise KeyError(f"{owner}: results has no {key!r} (keys: {sorted(map(str, results))})")
+    return results[key]
+
+
+def _fields(results: Mapping[str, Any], name: str, default: List[str]) -> List[str]:
+    return [k for k in results.get(name, default) if k in results]
+
+
+def img_fields(results: Mapping[str, Any]) -> List[str]:
+    """Keys of the images present in ``results`` (default ``["img"]``)."""
+    return _fields(results, "img_fields", ["img"])
+
+
+def bbox_fields(results: Mapping[str, Any]) -> List[str]:
+    """Keys of the box arrays present in ``results``."""
+    return _fields(results, "bbox_fields", ["gt_bboxes", "gt_bboxes_ignore", "proposals"])
+
+
+def seg_fields(results: Mapping[str, Any]) -> List[str]:
+    """Keys of the segmentation maps present in ``results``."""
+    return _fields(results, "seg_fields", ["gt_semantic_seg"])
+
+
+def add_field(results: dict, list_name: str, key: str) -> None:
+    """Append ``key`` to the field list ``results[list_name]`` once."""
+    names = results.setdefault(list_name, [])
+    if key not in names:
+        names.append(key)
+
+
+def check_boxes(boxes: Any, field: str) -> np.ndarray:
+    """``boxes`` as a float32 ``(K, 4)`` array.
+
+    Raises:
+        TypeError: ``boxes`` is not array-like of numbers.
+        ValueError: its shape is not ``(K, 4)``.
+    """
+    try:
+        arr = np.asarray(boxes, dtype=np.float32)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"{field}: expected a (K, 4) array of numbers, got {type(boxes).__name__} ({err})") from None
+    if arr.size == 0:
+        return arr.reshape(0, 4)
+    if arr.ndim != 2 or arr.shape[1] != 4:
+        raise ValueError(f"{field}: expected boxes of shape (K, 4) x1y1x2y2, got shape {arr.shape}")
+    return arr
+
+
+def array_to_tensor(arr: np.ndarray) -> torch.Tensor:
+    """A tensor sharing ``arr``'s memory when it is contiguous and writable, else a copy.
+
+    Read-only arrays (e.g. ``np.asarray`` of a Pillow image) are copied, since
+    torch cannot wrap them safely.
+    """
+    arr = np.ascontiguousarray(arr)
+    if not arr.flags.writeable:
+        arr = arr.copy()
+    return torch.from_numpy(arr)

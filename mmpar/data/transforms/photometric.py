@@ -1,0 +1,80 @@
+"""Photometric steps: change pixel values, never geometry."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ..registry import TRANSFORMS
+from ._fields import img_fields
+
+__all__ = ["Normalize"]
+
+
+def _vector(values: Sequence[float], argument: str) -> np.ndarray:
+    try:
+        arr = np.asarray(values, dtype=np.float32)
+    except (TypeError, ValueError):
+        raise TypeError(f"Normalize: {argument} must be a sequence of numbers, got {values!r}") from None
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"Normalize: {argument} must be a 1-D sequence with one value per channel, got {values!r}")
+    return arr
+
+
+@TRANSFORMS.register_module()
+class Normalize:
+    """``img = (img - mean) / std`` per channel, as float32.
+
+    ``to_rgb=True`` asks for RGB output: images recorded as BGR
+    (``results["channel_order"] == "bgr"``) have their channels reversed first,
+    RGB images (what mmpar's loaders produce by default, and what is assumed when
+    nothing is recorded) are left as they are. ``to_rgb=False`` keeps the loaded
+    order. So mmdet configs carry over: RGB means with ``to_rgb=True``, and
+    caffe-style BGR means with ``to_rgb=False`` together with
+    ``LoadImageFromFile(channel_order="bgr")``.
+
+    Records ``img_norm_cfg = dict(mean=float32 array, std=float32 array,
+    to_rgb=bool)`` and the new ``channel_order``.
+
+    Args:
+        mean: One value per channel.
+        std: One non-zero value per channel.
+        to_rgb: Output RGB (see above).
+
+    Raises:
+        TypeError: ``mean``/``std`` are not sequences of numbers.
+        ValueError: Their lengths differ, a ``std`` is zero; at call time, the
+            image has another number of channels.
+    """
+
+    def __init__(self, mean: Sequence[float], std: Sequence[float], to_rgb: bool = True) -> None:
+        self.mean = _vector(mean, "mean")
+        self.std = _vector(std, "std")
+        if self.mean.shape != self.std.shape:
+            raise ValueError(f"Normalize: mean and std need the same length, got {len(self.mean)} and {len(self.std)}")
+        if np.any(self.std == 0):
+            raise ValueError(f"Normalize: std must not contain zeros, got {list(std)}")
+        self.to_rgb = bool(to_rgb)
+
+    def __call__(self, results: dict) -> dict:
+        swap = self.to_rgb and results.get("channel_order", "rgb") == "bgr"
+        for key in img_fields(results):
+            img = results[key]
+            channels = img.shape[2] if img.ndim == 3 else 1
+            if channels != len(self.mean):
+                raise ValueError(
+                    f"Normalize: results[{key!r}] has {channels} channels but mean/std have {len(self.mean)} values"
+                )
+            if swap:
+                img = img[..., ::-1]
+            out = img.astype(np.float32)  # a new array: the in-place steps below are safe
+            out -= self.mean
+            out /= self.std
+            results[key] = out
+        if swap:
+            results["channel_order"] = "rgb"
+        results["img_norm_cfg"] = dict(mean=self.mean.copy(), std=self.std.copy(), to_rgb=self.to_rgb)
+        return results
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(mean={self.mean.tolist()}, std={self.std.tolist()}, to_rgb={self.to_rgb})"
