@@ -7,6 +7,16 @@ from .collate import collate
 from .config import Config, ConfigDict, DictAction
 from .data_container import DataContainer
 from .devices import resolve_device, resolve_targets
+from .dist_utils import (
+    all_gather_object_list,
+    barrier,
+    collect_results,
+    get_dist_info,
+    init_dist,
+    is_main_process,
+    master_only,
+    sync_random_seed,
+)
 from .registry import Registry
 from .scatter_gather import gather, scatter, scatter_kwargs, to_device
 from .stacking import pad_stack
@@ -22,8 +32,15 @@ __all__ = [
     "DictAction",
     "Registry",
     "TypeHandler",
+    "all_gather_object_list",
+    "barrier",
     "collate",
+    "collect_results",
     "gather",
+    "get_dist_info",
+    "init_dist",
+    "is_main_process",
+    "master_only",
     "pad_stack",
     "pin_memory",
     "register_type",
@@ -31,6 +48,7 @@ __all__ = [
     "resolve_targets",
     "scatter",
     "scatter_kwargs",
+    "sync_random_seed",
     "to_device",
     "unregister_type",
 ]

@@ -1,0 +1,230 @@
+"""Run a function in N real processes joined by a gloo process group (tests only).
+
+API:
+
+``free_port() -> int``
+    A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, close).
+
+``run_workers(fn, world_size, *args, timeout=60.0, backend="gloo",
+init_group=True, env=None) -> list``
+    Starts ``world_size`` processes with the ``spawn`` start method. Each one
+    sets ``MASTER_ADDR=127.0.0.1``, ``MASTER_PORT`` (one free port shared by
+    all), ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE`` plus the entries of
+    ``env``; when ``init_group`` is true it joins a process group
+    (``tcp://127.0.0.1:<port>``, ``backend``, process-group timeout =
+    ``timeout``), then calls ``fn(rank, world_size, *args)``, destroys the
+    group if one exists and sends the return value back. With
+    ``init_group=False`` no group is created, so ``fn`` may create one itself
+    (e.g. through ``mmpar.dist_utils.init_dist``) from the environment above.
+
+    Returns the list of return values indexed by rank.
+
+    Raises:
+        RuntimeError: a rank raised (the message names the rank and carries
+            its traceback), died without answering (names the exit code), or
+            returned something that cannot be pickled.
+        TimeoutError: not every rank answered within ``timeout`` seconds.
+
+    Every worker is gone when ``run_workers`` returns or raises: the ones
+    still running after the first failure or at the timeout are terminated,
+    then killed. The process-group timeout equals ``timeout``, so a rank
+    stuck in a collective is reported either as that rank's error (with the
+    collective's traceback) or as ``TimeoutError``, whichever comes first.
+
+``fn`` and ``args`` must be picklable: ``fn`` is a module-level function of an
+importable module (a test module is fine: the children get the parent's
+``sys.path``). Workers are not daemonic, so ``fn`` may start DataLoader
+workers of its own.
+
+Example::
+
+    def _sum_ranks(rank, world_size):
+        t = torch.tensor([rank])
+        torch.distributed.all_reduce(t)
+        return int(t)
+
+    assert run_workers(_sum_ranks, 2) == [1, 1]
+"""
+from __future__ import annotations
+
+import datetime
+import multiprocessing
+import multiprocessing.connection
+import os
+import pickle
+import socket
+import time
+import traceback
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+__all__ = ["free_port", "run_workers"]
+
+_KILL_GRACE_S = 5.0
+
+
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that nothing was listening on just now.
+
+    Returns:
+        The port number.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _worker(
+    conn: multiprocessing.connection.Connection,
+    fn: Callable[..., Any],
+    rank: int,
+    world_size: int,
+    args: Tuple[Any, ...],
+    port: int,
+    backend: str,
+    timeout: float,
+    init_group: bool,
+    env: Dict[str, str],
+) -> None:
+    """Body of one worker process: set up, call ``fn``, send ``(ok, payload)``."""
+    import torch.distributed as dist
+
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+    )
+    os.environ.update(env)
+    try:
+        if init_group:
+            dist.init_process_group(
+                backend,
+                init_method=f"tcp://127.0.0.1:{port}",
+                rank=rank,
+                world_size=world_size,
+                timeout=datetime.timedelta(seconds=timeout),
+            )
+        result = fn(rank, world_size, *args)
+        # Pickle here, not inside send(), so that an unpicklable result is
+        # reported as this rank's error rather than a dead pipe.
+        message = (True, pickle.dumps(result))
+    except BaseException:  # noqa: B902 - everything must reach the parent
+        message = (False, traceback.format_exc())
+    finally:
+        if dist.is_available() and dist.is_initialized():
+            try:
+                dist.destroy_process_group()
+            except Exception:  # noqa: BLE001 - the result matters more
+                pass
+    try:
+        conn.send(message)
+    except Exception:  # noqa: BLE001
+        conn.send((False, f"rank {rank}: could not send its result:\n{traceback.format_exc()}"))
+    conn.close()
+
+
+def _stop(processes: List[multiprocessing.process.BaseProcess]) -> None:
+    """Terminate, then kill, every process still alive, and reap them all."""
+    for proc in processes:
+        if proc.is_alive():
+            proc.terminate()
+    deadline = time.monotonic() + _KILL_GRACE_S
+    for proc in processes:
+        proc.join(max(0.0, deadline - time.monotonic()))
+    for proc in processes:
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+        proc.close()
+
+
+def run_workers(
+    fn: Callable[..., Any],
+    world_size: int,
+    *args: Any,
+    timeout: float = 60.0,
+    backend: str = "gloo",
+    init_group: bool = True,
+    env: Optional[Mapping[str, str]] = None,
+) -> List[Any]:
+    """Call ``fn(rank, world_size, *args)`` in ``world_size`` spawned processes.
+
+    See the module docstring for the full contract.
+
+    Args:
+        fn: Picklable module-level function.
+        world_size: Number of processes, >= 1.
+        *args: Picklable extra arguments passed to every rank.
+        timeout: Seconds the whole run may take; also the process-group timeout.
+        backend: ``torch.distributed`` backend of the group.
+        init_group: Whether to create the process group before calling ``fn``.
+        env: Extra environment variables set in every worker.
+
+    Returns:
+        ``[result of rank 0, result of rank 1, ...]``.
+
+    Raises:
+        ValueError: ``world_size < 1`` or ``timeout <= 0``.
+        RuntimeError: a rank failed (see module docstring).
+        TimeoutError: the run exceeded ``timeout``.
+    """
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size: expected an int >= 1, got {world_size!r}")
+    if not timeout > 0:
+        raise ValueError(f"timeout: expected a positive number of seconds, got {timeout!r}")
+    ctx = multiprocessing.get_context("spawn")
+    port = free_port()
+    extra_env = {str(k): str(v) for k, v in (env or {}).items()}
+    readers: Dict[Any, int] = {}
+    processes: List[multiprocessing.process.BaseProcess] = []
+    results: Dict[int, Any] = {}
+    try:
+        for rank in range(world_size):
+            reader, writer = ctx.Pipe(duplex=False)
+            proc = ctx.Process(
+                target=_worker,
+                args=(writer, fn, rank, world_size, args, port, backend, timeout, init_group, extra_env),
+                name=f"run_workers-rank{rank}",
+            )
+            proc.start()
+            writer.close()
+            readers[reader] = rank
+            processes.append(proc)
+        _collect(readers, processes, results, time.monotonic() + timeout, timeout)
+        return [results[rank] for rank in range(world_size)]
+    finally:
+        _stop(processes)
+        for reader in readers:
+            reader.close()
+
+
+def _collect(
+    readers: Dict[Any, int],
+    processes: List[multiprocessing.process.BaseProcess],
+    results: Dict[int, Any],
+    deadline: float,
+    timeout: float,
+) -> None:
+    """Read one message per rank into ``results``; raise on the first failure."""
+    pending = dict(readers)
+    while pending:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            missing = sorted(pending.values())
+            raise TimeoutError(
+                f"run_workers: ranks {missing} did not finish within {timeout} s; all workers killed"
+            )
+        for reader in multiprocessing.connection.wait(list(pending), timeout=remaining):
+            rank = pending.pop(reader)
+            try:
+                ok, payload = reader.recv()
+            except EOFError:
+                processes[rank].join(_KILL_GRACE_S)
+                raise RuntimeError(
+                    f"run_workers: rank {rank} exited without a result "
+                    f"(exit code {processes[rank].exitcode})"
+                ) from None
+            if not ok:
+                raise RuntimeError(f"run_workers: rank {rank} raised:\n{payload}")
+            results[rank] = pickle.loads(payload)
