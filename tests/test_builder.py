@@ -42,13 +42,14 @@ class RandomDraws(Dataset):
 Epoch = Dict[int, Tuple[int, Tuple[float, ...]]]  # sample index -> (worker, draws)
 
 
-def _run_epoch(loader, epoch: int) -> Epoch:
+def _run_epoch(loader, epoch: int, repeats_allowed: bool = False) -> Epoch:
+    """Sample index -> (worker, draws); a distributed epoch may repeat a sample to even out ranks."""
     set_loader_epoch(loader, epoch)
     out: Epoch = {}
     for batch in loader:
         for idx, worker, draws in zip(batch["idx"].tolist(), batch["worker"].tolist(), batch["draws"].tolist()):
-            assert idx not in out
-            out[idx] = (worker, tuple(draws))
+            assert repeats_allowed or idx not in out
+            out.setdefault(idx, (worker, tuple(draws)))
     return out
 
 
@@ -190,7 +191,7 @@ def test_set_loader_epoch_needs_an_epoch_aware_sampler():
 def _dist_loader_epoch(rank: int, world_size: int) -> list:
     ds = RandomDraws(11, flag=[0] * 6 + [1] * 5)
     loader = build_dataloader(ds, 2, 1, dist=True)  # seed None: broadcast from rank 0
-    epoch = _run_epoch(loader, 0)
+    epoch = _run_epoch(loader, 0, repeats_allowed=True)
     return [loader.batch_sampler.seed, len(loader), sorted(epoch), [d for _, d in epoch.values()]]
 
 
