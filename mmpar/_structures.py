@@ -1,6 +1,7 @@
 """Small helpers to take containers apart and rebuild them with the same type."""
 from __future__ import annotations
 
+import collections
 import dataclasses
 from typing import Any, Iterable, Mapping, Tuple
 
@@ -22,9 +23,11 @@ def dataclass_fields(obj: Any) -> Tuple[str, ...]:
 
 
 def rebuild_mapping(template: Mapping, items: Iterable[Tuple[Any, Any]]) -> Mapping:
-    """A mapping of ``template``'s type holding ``items``; a plain dict if that type
-    cannot be built from a dict (``defaultdict``, say, needs its factory first)."""
+    """A mapping of ``template``'s type holding ``items`` (a ``defaultdict`` keeps its
+    factory); a plain dict if that type cannot be built from a dict."""
     items = dict(items)
+    if isinstance(template, collections.defaultdict):
+        return type(template)(template.default_factory, items)
     try:
         return type(template)(items)
     except TypeError:

@@ -124,18 +124,22 @@ def _collate_containers(samples: List[Any], samples_per_gpu: int, path: str) -> 
     chunks = [samples[i : i + samples_per_gpu] for i in range(0, len(samples), samples_per_gpu)]
     if elem.cpu_only or not elem.stack:
         return elem.with_data([[s.data for s in chunk] for chunk in chunks])
-    field = _name(path)
     stacked = [
         pad_stack(
             [s.data for s in chunk],
             elem.pad_dims,
             [s.padding_value for s in chunk],
             elem.size_divisor,
-            field=field,
+            field=_chunk_name(path, c, c * samples_per_gpu, len(chunk)),
         )
-        for chunk in chunks
+        for c, chunk in enumerate(chunks)
     ]
     return elem.with_data(stacked)
+
+
+def _chunk_name(path: str, chunk: int, start: int, size: int) -> str:
+    # pad_stack numbers the samples within their chunk: say where the chunk starts.
+    return f"{_name(path)} (chunk {chunk}: batch samples {start}..{start + size - 1})"
 
 
 def _collate_mappings(samples: List[Mapping], samples_per_gpu: int, path: str) -> Mapping:

@@ -1,6 +1,7 @@
 """DataContainer: how one field of one sample is batched and moved."""
 from __future__ import annotations
 
+import numbers
 from typing import Any, Callable, Optional, Union
 
 import torch
@@ -61,9 +62,13 @@ class DataContainer:
         pad_dims: Optional[int] = 2,
         size_divisor: Optional[int] = None,
     ) -> None:
-        if pad_dims not in _PAD_DIMS or isinstance(pad_dims, bool):
+        # ``1.0 in (1, 2, 3)`` is true: check the type too.
+        if pad_dims is not None and (
+            isinstance(pad_dims, bool) or not isinstance(pad_dims, int) or pad_dims not in _PAD_DIMS
+        ):
             raise ValueError(f"DataContainer: pad_dims must be None, 1, 2 or 3, got {pad_dims!r}")
-        if isinstance(padding_value, bool) or not isinstance(padding_value, (int, float)):
+        # numbers.Real also admits numpy scalars such as ``np.float32(0.5)``.
+        if isinstance(padding_value, bool) or not isinstance(padding_value, numbers.Real):
             raise TypeError(
                 f"DataContainer: padding_value must be an int or float, got {type(padding_value).__name__}"
             )

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -44,21 +44,7 @@ class _Target:
 
     def move_tree(self, obj: Any) -> Any:
         """Move every tensor in ``obj`` (a container's chunk); numpy arrays become tensors."""
-        if isinstance(obj, torch.Tensor):
-            return self.move(obj)
-        if isinstance(obj, np.ndarray) and obj.dtype != object:
-            return self.move(torch.from_numpy(obj))
-        handler = get_handler(obj)
-        if handler is not None:
-            return handler.to(obj, self.device)
-        if isinstance(obj, Mapping):
-            return rebuild_mapping(obj, ((k, self.move_tree(v)) for k, v in obj.items()))
-        if is_namedtuple(obj):
-            return type(obj)(*(self.move_tree(v) for v in obj))
-        if isinstance(obj, (list, tuple)):
-            moved = [self.move_tree(v) for v in obj]
-            return tuple(moved) if isinstance(obj, tuple) else moved
-        return obj
+        return map_tensors(obj, self.move, self.device, numpy_too=True)
 
     def finish(self, obj: Any) -> Any:
         if not self.pending:
@@ -222,8 +208,11 @@ def scatter_kwargs(
         keyword dicts, one of each per used target.
 
     Raises:
-        As :func:`scatter`.
+        TypeError: ``kwargs`` is not a mapping or ``None``; otherwise as :func:`scatter`.
+        ValueError: As :func:`scatter`.
     """
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise TypeError(f"scatter_kwargs: kwargs must be a dict or None, got {type(kwargs).__name__}")
     if inputs is None:
         inputs = ()
     elif not isinstance(inputs, (tuple, list)):
@@ -265,7 +254,8 @@ def gather(outputs: Sequence[Any], target_device: Target, dim: int = 0) -> Any:
         TypeError: ``outputs`` is not a non-empty list or tuple, or targets returned
             different kinds of values for one field.
         ValueError: Mappings with different keys (the message names them), tuples
-            of different lengths, or an unknown ``target_device``.
+            of different lengths, tensors whose shapes cannot be joined along
+            ``dim``, or an unknown ``target_device``.
     """
     device = resolve_device(target_device, "gather: target_device")
     if not isinstance(outputs, (list, tuple)):
@@ -284,8 +274,7 @@ def _gather(items: List[Any], device: torch.device, dim: int, path: str) -> Any:
     if first is None:
         return None
     if isinstance(first, torch.Tensor):
-        moved = [t.to(device) for t in items]
-        return torch.stack(moved) if first.dim() == 0 else torch.cat(moved, dim)
+        return _join_tensors(items, device, dim, name)
     handler = get_handler(first)
     if handler is not None:
         return handler.gather(items, device)
@@ -299,7 +288,7 @@ def _gather(items: List[Any], device: torch.device, dim: int, path: str) -> Any:
                 )
         return rebuild_mapping(first, ((k, _gather([it[k] for it in items], device, dim, child_path(path, k))) for k in keys))
     if isinstance(first, list):
-        return [_to(x, device) for item in items for x in item]
+        return [map_tensors(x, lambda t: t.to(device), device) for item in items for x in item]
     if isinstance(first, tuple):
         if any(len(item) != len(first) for item in items):
             raise ValueError(f"{name}: targets returned tuples of lengths {[len(it) for it in items]}")
@@ -313,18 +302,40 @@ def _gather(items: List[Any], device: torch.device, dim: int, path: str) -> Any:
     return items
 
 
-def _to(obj: Any, device: torch.device) -> Any:
-    """``obj`` with every tensor in it on ``device`` (structure kept)."""
+def _join_tensors(items: List[torch.Tensor], device: torch.device, dim: int, name: str) -> torch.Tensor:
+    """Concatenate along ``dim`` (0-dim tensors: stack); shapes that do not fit are a ValueError."""
+    moved = [t.to(device) for t in items]
+    try:
+        return torch.stack(moved) if moved[0].dim() == 0 else torch.cat(moved, dim)
+    except (RuntimeError, IndexError) as err:
+        shapes = [tuple(t.shape) for t in items]
+        raise ValueError(
+            f"{name}: cannot join the targets' tensors along dim={dim}, their shapes are {shapes} ({err})"
+        ) from None
+
+
+def map_tensors(obj: Any, fn: Callable[[torch.Tensor], Any], device: torch.device, numpy_too: bool = False) -> Any:
+    """``obj`` rebuilt with ``fn`` applied to every tensor in it (and, with
+    ``numpy_too``, to every numeric numpy array as a tensor); registered types are
+    moved to ``device`` with their ``to`` hook; other leaves are kept."""
     if isinstance(obj, torch.Tensor):
-        return obj.to(device)
+        return fn(obj)
+    if numpy_too and isinstance(obj, np.ndarray) and obj.dtype != object:
+        return fn(torch.from_numpy(obj))
     handler = get_handler(obj)
     if handler is not None:
         return handler.to(obj, device)
+    if isinstance(obj, (str, bytes)):
+        return obj
     if isinstance(obj, Mapping):
-        return rebuild_mapping(obj, ((k, _to(v, device)) for k, v in obj.items()))
+        return rebuild_mapping(obj, ((k, map_tensors(v, fn, device, numpy_too)) for k, v in obj.items()))
     if is_namedtuple(obj):
-        return type(obj)(*(_to(v, device) for v in obj))
+        return type(obj)(*(map_tensors(v, fn, device, numpy_too) for v in obj))
     if isinstance(obj, (list, tuple)):
-        moved = [_to(v, device) for v in obj]
+        moved = [map_tensors(v, fn, device, numpy_too) for v in obj]
         return tuple(moved) if isinstance(obj, tuple) else moved
+    if is_dataclass_instance(obj):
+        return dataclasses.replace(
+            obj, **{n: map_tensors(getattr(obj, n), fn, device, numpy_too) for n in dataclass_fields(obj)}
+        )
     return obj

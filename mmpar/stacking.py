@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import mmap
+import numbers
 from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -144,8 +145,13 @@ def pad_stack(
     if len(tensors) == 0:
         raise ValueError(f"{field}: nothing to stack, got no tensors")
     _check_stackable(tensors, pad_dims, field)
-    if isinstance(padding_values, (int, float)):
+    if isinstance(padding_values, numbers.Real):
         padding_values = [padding_values] * len(tensors)
+    elif len(padding_values) != len(tensors):
+        raise ValueError(
+            f"{field}: padding_values must be one number or one per sample, got {len(padding_values)} "
+            f"values for {len(tensors)} samples"
+        )
     first = tensors[0]
     shape = (len(tensors),) + padded_shape([t.shape for t in tensors], pad_dims, size_divisor)
     if first.device.type == "cpu" and torch.utils.data.get_worker_info() is not None:
