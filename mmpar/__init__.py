@@ -6,7 +6,9 @@ the CPU: ``from mmpar import DataContainer, collate, scatter, scatter_kwargs``.
 from .collate import collate
 from .config import Config, ConfigDict, DictAction
 from .data_container import DataContainer
+from .data_parallel import MMDataParallel, data_parallel
 from .devices import resolve_device, resolve_targets
+from .distributed import MMDistributedDataParallel, params_without_grad
 from .dist_utils import (
     all_gather_object_list,
     barrier,
@@ -17,6 +19,8 @@ from .dist_utils import (
     master_only,
     sync_random_seed,
 )
+from .module_wrappers import MODULE_WRAPPERS, is_module_wrapper
+from .parallel_apply import parallel_apply
 from .registry import Registry
 from .scatter_gather import gather, scatter, scatter_kwargs, to_device
 from .stacking import pad_stack
@@ -26,6 +30,9 @@ from .type_handlers import TypeHandler, register_type, unregister_type
 __version__ = "0.1.0"
 
 __all__ = [
+    "MODULE_WRAPPERS",
+    "MMDataParallel",
+    "MMDistributedDataParallel",
     "Config",
     "ConfigDict",
     "DataContainer",
@@ -36,12 +43,16 @@ __all__ = [
     "barrier",
     "collate",
     "collect_results",
+    "data_parallel",
     "gather",
     "get_dist_info",
     "init_dist",
     "is_main_process",
+    "is_module_wrapper",
     "master_only",
     "pad_stack",
+    "parallel_apply",
+    "params_without_grad",
     "pin_memory",
     "register_type",
     "resolve_device",

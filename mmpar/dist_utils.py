@@ -1,5 +1,8 @@
 """``torch.distributed`` helpers: start a process group, query it, share results.
 
+SLURM node lists are parsed in :mod:`mmpar.slurm`; per-rank results are brought
+together by :mod:`mmpar.dist_results` (both re-exported here).
+
 Everything except :func:`init_dist` also works without a process group, as a
 world of one process (rank 0 of 1), so the same code runs in single-process
 tests and tools.
@@ -9,13 +12,14 @@ from __future__ import annotations
 import datetime
 import functools
 import os
-import re
-from itertools import product
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 import numpy as np
 import torch
 import torch.distributed as dist
+
+from .dist_results import all_gather_object_list, collect_results
+from .slurm import expand_slurm_nodelist, slurm_first_host
 
 __all__ = [
     "LAUNCHERS",
@@ -222,121 +226,6 @@ def _check_port(port: int, name: str) -> int:
     return port
 
 
-# --------------------------------------------------------------------------- #
-# Slurm node lists
-# --------------------------------------------------------------------------- #
-_HOST_CHARS = re.compile(r"[A-Za-z0-9._-]*")
-_RANGE = re.compile(r"(\d+)(?:-(\d+))?")
-
-
-def expand_slurm_nodelist(nodelist: str) -> List[str]:
-    """Expand a slurm host list such as ``"node[01-03,07],gpu2"``.
-
-    Ranges keep the zero padding of their first bound (``[08-10]`` gives
-    ``08, 09, 10``); several bracket groups in one name give every
-    combination (``r[1-2]n[1-2]`` gives ``r1n1, r1n2, r2n1, r2n2``).
-
-    Args:
-        nodelist: The value of ``SLURM_NODELIST`` / ``SLURM_JOB_NODELIST``.
-
-    Returns:
-        The host names, in the order slurm lists them.
-
-    Raises:
-        TypeError: ``nodelist`` is not a string.
-        ValueError: empty list, unbalanced brackets, an empty or descending
-            range, or characters that cannot be in a host name.
-    """
-    hosts: List[str] = []
-    for pieces in _parse_nodelist(nodelist):
-        options = [list(_piece_values(piece)) for piece in pieces]
-        hosts.extend("".join(combo) for combo in product(*options))
-    return hosts
-
-
-def slurm_first_host(nodelist: str) -> str:
-    """Return the first host of a slurm host list without expanding the rest.
-
-    Args:
-        nodelist: See :func:`expand_slurm_nodelist`.
-
-    Returns:
-        The first host name, e.g. ``"node01"`` for ``"node[01-03],gpu2"``.
-
-    Raises:
-        TypeError, ValueError: as :func:`expand_slurm_nodelist`.
-    """
-    first = _parse_nodelist(nodelist)[0]
-    return "".join(next(_piece_values(piece)) for piece in first)
-
-
-#: One piece of a host name: literal text, or bracketed ``(low, high, width)`` ranges.
-_Piece = Union[str, List[Tuple[int, int, int]]]
-
-
-def _parse_nodelist(nodelist: str) -> List[List[_Piece]]:
-    """Check the whole list and split every host name into pieces."""
-    if not isinstance(nodelist, str):
-        raise TypeError(f"nodelist: expected a str, got {type(nodelist).__name__}")
-    return [_parse_host(part, nodelist) for part in _split_top_level(nodelist)]
-
-
-def _piece_values(piece: _Piece) -> Iterator[str]:
-    """Yield the texts one piece stands for, in order."""
-    if isinstance(piece, str):
-        yield piece
-        return
-    for low, high, width in piece:
-        for number in range(low, high + 1):
-            yield str(number).zfill(width)
-
-
-def _split_top_level(nodelist: str) -> List[str]:
-    """Split at the commas that are outside brackets."""
-    parts, depth, start = [], 0, 0
-    for i, char in enumerate(nodelist):
-        if char == "[":
-            depth += 1
-        elif char == "]":
-            depth -= 1
-        elif char == "," and depth == 0:
-            parts.append(nodelist[start:i])
-            start = i + 1
-        if depth not in (0, 1):
-            raise ValueError(f"nodelist: unbalanced or nested brackets in {nodelist!r}")
-    if depth != 0:
-        raise ValueError(f"nodelist: unbalanced brackets in {nodelist!r}")
-    parts.append(nodelist[start:])
-    if any(not part.strip() for part in parts):
-        raise ValueError(f"nodelist: expected comma-separated host names, got {nodelist!r}")
-    return [part.strip() for part in parts]
-
-
-def _parse_host(host: str, nodelist: str) -> List[_Piece]:
-    """Turn ``"r[1-2]n3"`` into ``["r", [(1, 2, 1)], "n3"]``."""
-    pieces: List[_Piece] = []
-    for i, chunk in enumerate(re.split(r"[\[\]]", host)):
-        if i % 2 == 0:
-            if not _HOST_CHARS.fullmatch(chunk):
-                raise ValueError(f"nodelist: invalid host name {host!r} in {nodelist!r}")
-            pieces.append(chunk)
-        else:
-            pieces.append(_parse_ranges(chunk, nodelist))
-    return pieces
-
-
-def _parse_ranges(spec: str, nodelist: str) -> List[Tuple[int, int, int]]:
-    """Turn ``"01-03,7"`` into ``[(1, 3, 2), (7, 7, 1)]``."""
-    ranges: List[Tuple[int, int, int]] = []
-    for item in spec.split(","):
-        match = _RANGE.fullmatch(item.strip())
-        if match is None:
-            raise ValueError(f"nodelist: invalid range {item!r} in {nodelist!r}")
-        low, high = int(match.group(1)), int(match.group(2) or match.group(1))
-        if high < low:
-            raise ValueError(f"nodelist: descending range {item!r} in {nodelist!r}")
-        ranges.append((low, high, len(match.group(1))))
-    return ranges
 
 
 # --------------------------------------------------------------------------- #
@@ -417,132 +306,3 @@ def sync_random_seed(seed: Optional[int] = None) -> int:
     value = torch.tensor(seed if dist.get_rank() == 0 else 0, dtype=torch.int64, device=_collective_device())
     dist.broadcast(value, src=0)
     return int(value.item())
-
-
-def all_gather_object_list(obj: Any) -> List[Any]:
-    """Gather one picklable object from every rank, on every rank.
-
-    Args:
-        obj: Any picklable object.
-
-    Returns:
-        ``[obj of rank 0, obj of rank 1, ...]``; ``[obj]`` without a group.
-    """
-    if not (dist.is_available() and dist.is_initialized()):
-        return [obj]
-    gathered: List[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, obj)
-    return gathered
-
-
-def collect_results(
-    results: Sequence[Any], size: int, indices: Optional[Sequence[int]] = None
-) -> List[Any]:
-    """Bring every rank's per-sample results together in dataset order.
-
-    A collective: every rank must call it, and every rank gets the full list
-    (results travel through ``all_gather_object``, so they must be picklable).
-
-    Without ``indices``, rank ``r`` must hold the results of dataset indices
-    ``r, r + W, r + 2W, ...`` (``W`` = world size), the layout of
-    ``DistributedSampler(shuffle=False)``; the results are interleaved and the
-    samples the sampler repeated to even out the ranks are cut off at ``size``.
-    With ``indices`` (the dataset index of each of this rank's results, in any
-    order, from any sampler), each result is put at its index; repeated
-    indices keep the first result (lowest rank, then earliest position).
-
-    Args:
-        results: This rank's results, one per processed sample.
-        size: Dataset length, i.e. the length of the returned list.
-        indices: Optional dataset index of each entry of ``results``; all
-            ranks pass indices or none does.
-
-    Returns:
-        ``size`` results, entry ``i`` for dataset index ``i``.
-
-    Raises:
-        TypeError: ``results``/``indices`` are not sequences, ``size`` or an
-            index is not an int.
-        ValueError: ``size < 0``; ``len(indices) != len(results)``; an index
-            outside ``range(size)``; ranks disagree on passing indices; fewer
-            results than ``size`` over all ranks; without indices, per-rank
-            lengths that cannot come from an interleaved split; with indices,
-            a dataset index no rank covered.
-    """
-    results, own_indices = _check_collect_args(results, size, indices)
-    parts = all_gather_object_list((results, own_indices))
-    with_indices = [part[1] is not None for part in parts]
-    if any(with_indices) and not all(with_indices):
-        ranks = [r for r, flag in enumerate(with_indices) if not flag]
-        raise ValueError(f"indices: ranks {ranks} passed none while other ranks passed indices")
-    total = sum(len(part[0]) for part in parts)
-    if total < size:
-        raise ValueError(
-            f"results: {total} results over {len(parts)} ranks, fewer than size={size}"
-        )
-    if all(with_indices):
-        return _place_by_index(parts, size)
-    return _interleave([part[0] for part in parts], size)
-
-
-def _check_collect_args(
-    results: Sequence[Any], size: int, indices: Optional[Sequence[int]]
-) -> Tuple[List[Any], Optional[List[int]]]:
-    """Validate :func:`collect_results` arguments; return them as lists."""
-    if isinstance(results, (str, bytes)) or not isinstance(results, Sequence):
-        raise TypeError(f"results: expected a list of per-sample results, got {type(results).__name__}")
-    if isinstance(size, bool) or not isinstance(size, (int, np.integer)):
-        raise TypeError(f"size: expected an int, got {type(size).__name__}")
-    if size < 0:
-        raise ValueError(f"size: expected a dataset length >= 0, got {size}")
-    if indices is None:
-        return list(results), None
-    if isinstance(indices, torch.Tensor):
-        indices = indices.tolist()
-    if isinstance(indices, (str, bytes)) or not isinstance(indices, (Sequence, np.ndarray)):
-        raise TypeError(f"indices: expected a sequence of ints, got {type(indices).__name__}")
-    if len(indices) != len(results):
-        raise ValueError(
-            f"indices: expected one index per result ({len(results)}), got {len(indices)}"
-        )
-    checked: List[int] = []
-    for index in indices:
-        if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
-            raise TypeError(f"indices: expected ints, found {type(index).__name__} {index!r}")
-        if not 0 <= index < size:
-            raise ValueError(f"indices: index {int(index)} is outside range(size={size})")
-        checked.append(int(index))
-    return list(results), checked
-
-
-def _interleave(per_rank: List[List[Any]], size: int) -> List[Any]:
-    """Merge ``DistributedSampler(shuffle=False)``-style parts into dataset order."""
-    lengths = [len(part) for part in per_rank]
-    # Rank r holds r, r+W, ...: lengths never grow with the rank and differ by at most one.
-    if any(a < b for a, b in zip(lengths, lengths[1:])) or max(lengths) - min(lengths) > 1:
-        raise ValueError(
-            f"results: per-rank lengths {lengths} do not match an interleaved split "
-            "(rank r holding indices r, r+W, ...); pass indices="
-        )
-    ordered = [part[i] for i in range(max(lengths)) for part in per_rank if i < len(part)]
-    return ordered[:size]
-
-
-_MISSING = object()
-
-
-def _place_by_index(parts: List[Tuple[List[Any], Optional[List[int]]]], size: int) -> List[Any]:
-    """Put each result at its dataset index; raise if one is not covered."""
-    out: List[Any] = [_MISSING] * size
-    for results, indices in parts:
-        for index, result in zip(indices or [], results):
-            if out[index] is _MISSING:
-                out[index] = result
-    missing = [i for i, value in enumerate(out) if value is _MISSING]
-    if missing:
-        shown = missing[:10]
-        more = f" and {len(missing) - len(shown)} more" if len(missing) > len(shown) else ""
-        raise ValueError(
-            f"indices: {len(missing)} of {size} dataset indices have no result: {shown}{more}"
-        )
-    return out

@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.data import DistributedSampler
 
+import mmpar.dist_results as dist_results
 import mmpar.dist_utils as du
 from mmpar.dist_utils import (
     all_gather_object_list,
@@ -311,16 +312,16 @@ def test_collect_results_simulated_sampler_layouts(size: int, world: int, shuffl
     expected = [f"sample{i}" for i in range(size)]
     with_indices = [([f"sample{i}" for i in idx], idx) for idx in parts]
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(du, "all_gather_object_list", lambda obj: with_indices)
+        patch.setattr(dist_results, "all_gather_object_list", lambda obj: with_indices)
         assert collect_results(with_indices[0][0], size, indices=parts[0]) == expected
         if not shuffle:
             plain = [(res, None) for res, _ in with_indices]
-            patch.setattr(du, "all_gather_object_list", lambda obj: plain)
+            patch.setattr(dist_results, "all_gather_object_list", lambda obj: plain)
             assert collect_results(plain[0][0], size) == expected
 
 
 def test_collect_results_rejects_non_interleaved_lengths(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(du, "all_gather_object_list", lambda obj: [([1], None), ([2, 3], None)])
+    monkeypatch.setattr(dist_results, "all_gather_object_list", lambda obj: [([1], None), ([2, 3], None)])
     with pytest.raises(ValueError, match=r"per-rank lengths \[1, 2\] do not match an interleaved split"):
         collect_results([1], 3)
 

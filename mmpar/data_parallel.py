@@ -1,0 +1,206 @@
+"""MMDataParallel and the functional data_parallel: single-process, DataContainer-aware."""
+from __future__ import annotations
+
+from itertools import chain
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import torch
+from torch import nn
+from torch.nn.parallel import DataParallel, replicate
+
+from .devices import Target, resolve_device, resolve_targets
+from .parallel_apply import default_devices, parallel_apply
+from .scatter_gather import gather, scatter_kwargs
+
+__all__ = ["MMDataParallel", "data_parallel", "check_module_device"]
+
+_CPU = torch.device("cpu")
+
+
+def check_module_device(module: nn.Module, device: torch.device, argument: str = "module") -> None:
+    """Check that every parameter and buffer of ``module`` sits on ``device``.
+
+    Raises:
+        ValueError: naming the first parameter or buffer found elsewhere and its device.
+    """
+    for name, t in chain(module.named_parameters(), module.named_buffers()):
+        if t.device != device:
+            raise ValueError(
+                f"{argument}: parameters and buffers must be on {device} (device_ids[0]), but "
+                f"{name!r} is on {t.device}; call module.to({str(device)!r}) before wrapping"
+            )
+
+
+def _split_cpu_ids(device_ids: Optional[Sequence[Target]]) -> Optional[bool]:
+    """True when ``device_ids`` names only the CPU, False for CUDA only, None if not given."""
+    if device_ids is None:
+        return None
+    devices = resolve_targets(device_ids, "device_ids")
+    kinds = {d.type for d in devices}
+    if len(kinds) > 1:
+        raise ValueError(f"device_ids: mixes CPU and CUDA targets, got {list(device_ids)!r}")
+    return kinds == {"cpu"}
+
+
+class MMDataParallel(DataParallel):
+    """A :class:`torch.nn.DataParallel` whose inputs may hold DataContainers.
+
+    The inputs go through mmpar's container-aware
+    :func:`~mmpar.scatter_gather.scatter_kwargs`, so the module always receives
+    plain tensors and lists: a stacked container's chunk ``i`` goes to device ``i``,
+    ``cpu_only`` metadata stays a Python list. Outputs come back through mmpar's
+    :func:`~mmpar.scatter_gather.gather`, so per-image result lists are
+    concatenated whole and in device order.
+
+    Without CUDA (or with ``device_ids=[-1]`` / ``["cpu"]``) everything runs in
+    this process on the CPU, still unwrapping containers (scatter to ``[-1]``).
+
+    ``train_step`` and ``val_step`` use one device: for several GPUs, train with
+    :class:`~mmpar.distributed.MMDistributedDataParallel`, one process per GPU.
+
+    Args:
+        module: The model; on CUDA its parameters and buffers must be on
+            ``device_ids[0]`` (a single device: it is moved there, as in torch).
+        device_ids: CUDA devices; None means all visible GPUs (CPU without CUDA).
+        output_device: Where multi-GPU ``forward`` gathers outputs; default
+            ``device_ids[0]``.
+        dim: Batch dimension to scatter and gather along.
+
+    Raises:
+        ValueError: ``device_ids`` mixes CPU and CUDA targets or names a missing GPU.
+    """
+
+    def __init__(
+        self,
+        module: nn.Module,
+        device_ids: Optional[Sequence[Target]] = None,
+        output_device: Optional[Target] = None,
+        dim: int = 0,
+    ) -> None:
+        if _split_cpu_ids(device_ids) or not torch.cuda.is_available():
+            # What DataParallel.__init__ itself sets up when there is no GPU.
+            nn.Module.__init__(self)
+            self.module = module
+            self.device_ids: List[int] = []
+        else:
+            ids = None if device_ids is None else [resolve_device(d, "device_ids").index for d in device_ids]
+            out = None if output_device is None else resolve_device(output_device, "output_device")
+            super().__init__(module, ids, None if out is None or out.type == "cpu" else out, dim)
+            if out is not None and out.type == "cpu":
+                self.output_device = -1
+        # DataParallel leaves these unset without a GPU; scatter/gather need them.
+        self.dim = dim
+        if not self.device_ids:
+            self.output_device = _CPU
+            self.src_device_obj = _CPU
+
+    def forward(self, *inputs: Any, **kwargs: Any) -> Any:
+        """Scatter (unwrapping containers), run the module (replicas on several GPUs), gather."""
+        if not self.device_ids:
+            args, kw = self._on_one_device(inputs, kwargs, _CPU)
+            return self.module(*args, **kw)
+        check_module_device(self.module, self.src_device_obj)
+        return super().forward(*inputs, **kwargs)
+
+    def train_step(self, *inputs: Any, **kwargs: Any) -> Any:
+        """``module.train_step`` on the unwrapped inputs, on one device.
+
+        Raises:
+            ValueError: several ``device_ids`` (use MMDistributedDataParallel), or
+                parameters/buffers not on ``device_ids[0]``.
+        """
+        args, kw = self._single_device_inputs("train_step", inputs, kwargs)
+        return self.module.train_step(*args, **kw)
+
+    def val_step(self, *inputs: Any, **kwargs: Any) -> Any:
+        """``module.val_step`` on the unwrapped inputs, on one device (see :meth:`train_step`)."""
+        args, kw = self._single_device_inputs("val_step", inputs, kwargs)
+        return self.module.val_step(*args, **kw)
+
+    def scatter(
+        self, inputs: Tuple[Any, ...], kwargs: Optional[Dict[str, Any]], device_ids: Sequence[Target]
+    ) -> Tuple[Tuple[Tuple[Any, ...], ...], Tuple[Dict[str, Any], ...]]:
+        """Container-aware split of ``inputs``/``kwargs`` over ``device_ids``."""
+        return scatter_kwargs(inputs, kwargs, list(device_ids), dim=self.dim)
+
+    def gather(self, outputs: Sequence[Any], output_device: Target) -> Any:
+        """Merge per-device outputs onto ``output_device`` (lists concatenated in order)."""
+        return gather(outputs, output_device, dim=self.dim)
+
+    def _single_device_inputs(
+        self, method: str, inputs: Tuple[Any, ...], kwargs: Dict[str, Any]
+    ) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
+        if not self.device_ids:
+            return self._on_one_device(inputs, kwargs, _CPU)
+        if len(self.device_ids) > 1:
+            raise ValueError(
+                f"MMDataParallel.{method}: runs on one device, got device_ids={self.device_ids}; "
+                "for multi-GPU training use MMDistributedDataParallel with one process per GPU, "
+                "launched with torchrun (python -m torch.distributed.run --nproc_per_node=N ...)"
+            )
+        check_module_device(self.module, self.src_device_obj)
+        return self._on_one_device(inputs, kwargs, self.src_device_obj)
+
+    def _on_one_device(
+        self, inputs: Tuple[Any, ...], kwargs: Dict[str, Any], device: torch.device
+    ) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
+        target = -1 if device.type == "cpu" else device.index
+        args, kw = self.scatter(inputs, kwargs, [target])
+        return (tuple(args[0]) if args else ()), (dict(kw[0]) if kw else {})
+
+
+def data_parallel(
+    module: nn.Module,
+    inputs: Any,
+    device_ids: Optional[Sequence[Target]] = None,
+    output_device: Optional[Target] = None,
+    dim: int = 0,
+    module_kwargs: Optional[Mapping[str, Any]] = None,
+) -> Any:
+    """Evaluate ``module(*inputs, **module_kwargs)`` split over several devices.
+
+    Container-aware scatter, then (on CUDA) ``torch.nn.parallel.replicate``, then
+    :func:`~mmpar.parallel_apply.parallel_apply`, then mmpar's gather. CPU targets
+    may repeat (``["cpu", "cpu"]``): the same module then runs once per chunk,
+    in parallel threads, without any GPU.
+
+    Args:
+        module: The model; on CUDA its parameters and buffers must be on
+            ``device_ids[0]``.
+        inputs: A tuple of positional arguments, or the single argument.
+        device_ids: Targets; default every visible GPU, or ``["cpu"]``.
+        output_device: Where outputs are gathered; default ``device_ids[0]``.
+        dim: Batch dimension.
+        module_kwargs: Keyword arguments, scattered along with ``inputs``.
+
+    Returns:
+        The gathered output; e.g. a tensor of shape ``(N, ...)`` for a batch of N.
+
+    Raises:
+        ValueError: ``device_ids`` mixes CPU and CUDA targets; the module is not on
+            ``device_ids[0]``.
+        TypeError: ``module_kwargs`` is not a dict.
+    """
+    if module_kwargs is not None and not isinstance(module_kwargs, Mapping):
+        raise TypeError(f"data_parallel: module_kwargs must be a dict or None, got {type(module_kwargs).__name__}")
+    devices = default_devices() if device_ids is None else resolve_targets(device_ids, "device_ids")
+    if len({d.type for d in devices}) > 1:
+        raise ValueError(f"data_parallel: device_ids mixes CPU and CUDA targets, got {list(device_ids or [])!r}")
+    out = devices[0] if output_device is None else resolve_device(output_device, "output_device")
+    check_module_device(module, devices[0])
+    batch = inputs if isinstance(inputs, tuple) else (inputs,)
+    args, kwargs = scatter_kwargs(batch, dict(module_kwargs or {}), devices, dim=dim)
+    if not args and not kwargs:
+        args, kwargs = ((),), ({},)
+    n = max(len(args), len(kwargs))
+    args = [tuple(args[i]) if i < len(args) else () for i in range(n)]
+    kwargs = [dict(kwargs[i]) if i < len(kwargs) else {} for i in range(n)]
+    used = devices[:n]
+    if n == 1:
+        return gather([module(*args[0], **kwargs[0])], out, dim=dim)
+    if used[0].type == "cuda":
+        modules: Any = replicate(module, [d.index for d in used], not torch.is_grad_enabled())
+    else:
+        modules = module
+    outputs = parallel_apply(modules, list(args), devices=used, module_kwargs=list(kwargs))
+    return gather(outputs, out, dim=dim)
