@@ -27,20 +27,43 @@ from .stacking import pad_stack
 from .transfer import pin_memory
 from .type_handlers import TypeHandler, register_type, unregister_type
 
+# The data package last: its modules import the core above.
+from .data import (
+    DATASETS,
+    TRANSFORMS,
+    CocoDetection,
+    DistributedGroupSampler,
+    DistributedSampler,
+    GroupSampler,
+    SyntheticShapes,
+    build_dataloader,
+    loader_padding_ratio,
+    padding_ratio,
+    set_loader_epoch,
+)
+
 __version__ = "0.1.0"
 
 __all__ = [
+    "DATASETS",
     "MODULE_WRAPPERS",
-    "MMDataParallel",
-    "MMDistributedDataParallel",
+    "TRANSFORMS",
+    "CocoDetection",
     "Config",
     "ConfigDict",
     "DataContainer",
     "DictAction",
+    "DistributedGroupSampler",
+    "DistributedSampler",
+    "GroupSampler",
+    "MMDataParallel",
+    "MMDistributedDataParallel",
     "Registry",
+    "SyntheticShapes",
     "TypeHandler",
     "all_gather_object_list",
     "barrier",
+    "build_dataloader",
     "collate",
     "collect_results",
     "data_parallel",
@@ -49,8 +72,10 @@ __all__ = [
     "init_dist",
     "is_main_process",
     "is_module_wrapper",
+    "loader_padding_ratio",
     "master_only",
     "pad_stack",
+    "padding_ratio",
     "parallel_apply",
     "params_without_grad",
     "pin_memory",
@@ -59,6 +84,7 @@ __all__ = [
     "resolve_targets",
     "scatter",
     "scatter_kwargs",
+    "set_loader_epoch",
     "sync_random_seed",
     "to_device",
     "unregister_type",
