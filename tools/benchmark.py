@@ -6,6 +6,9 @@ Usage::
     python tools/benchmark.py                 # every section
     python tools/benchmark.py collate padding # some sections
     python tools/benchmark.py --quick         # few repeats, small sizes (smoke run)
+    python tools/benchmark.py --config configs/tiny_det/tiny_det_synthetic.py
+                                              # images/s of the whole training loop,
+                                              # 1 process against 2 gloo processes
 
 Sections live in ``tools/bench/<name>.py`` and each defines ``run(quick) -> str``
 returning a Markdown section (the figures in ``docs/benchmarks.md`` are its output).
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import inspect
 import platform
 import sys
 from pathlib import Path
@@ -40,15 +44,18 @@ def main(argv: list = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sections", nargs="*", help=f"sections to run (default: all of {sections()})")
     parser.add_argument("--quick", action="store_true", help="few repeats and small sizes")
+    parser.add_argument("--config", help="a training config: runs the 'train' section on it")
     args = parser.parse_args(argv)
-    chosen = args.sections or sections()
+    chosen = args.sections or (["train"] if args.config else sections())
     unknown = [s for s in chosen if s not in sections()]
     if unknown:
         parser.error(f"unknown section(s) {unknown}; available: {sections()}")
     print(f"<!-- torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}, "
           f"command: python tools/benchmark.py {' '.join(sys.argv[1:])} -->\n")
     for name in chosen:
-        print(load(name).run(quick=args.quick), flush=True)
+        run = load(name).run
+        kwargs = {"config": args.config} if args.config and "config" in inspect.signature(run).parameters else {}
+        print(run(quick=args.quick, **kwargs), flush=True)
     return 0
 
 

@@ -1,0 +1,12 @@
+# SyntheticShapes: images of 64-96 px with 1-4 filled shapes of 3 classes, made in memory.
+# Train, val and test are disjoint (different seeds). The pipelines are the dataset's
+# defaults: flip (train only), ImageNet normalization, padding to multiples of 32.
+dataset_type = "SyntheticShapes"
+data = dict(
+    samples_per_gpu=16,
+    workers_per_gpu=0,
+    test_samples_per_gpu=16,
+    train=dict(type=dataset_type, num_samples=256, min_size=64, max_size=96, num_classes=3, seed=0),
+    val=dict(type=dataset_type, num_samples=64, min_size=64, max_size=96, num_classes=3, seed=1),
+    test=dict(type=dataset_type, num_samples=128, min_size=64, max_size=96, num_classes=3, seed=2),
+)

@@ -1,0 +1,11 @@
+# What every run shares: checkpoints, logging, evaluation, seeding, resuming.
+checkpoint_config = dict(interval=1)  # epoch_N.pth every N epochs (and after the last); latest.pth -> newest
+log_config = dict(interval=4)  # a log line (and a JSON record) every 4 iterations and at each epoch end
+evaluation = dict(interval=0, before_train=True, metric="mAP")  # interval 0: evaluate at the end only
+dist_params = dict(backend=None)  # None: nccl with CUDA, gloo without
+find_unused_parameters = False
+log_level = "INFO"
+seed = None  # None: a random seed, shared by all ranks and saved in the checkpoints
+deterministic = False
+load_from = None
+resume_from = None

@@ -1,0 +1,4 @@
+"""Evaluation metrics."""
+from .mean_ap import average_precision, box_iou, eval_map
+
+__all__ = ["average_precision", "box_iou", "eval_map"]

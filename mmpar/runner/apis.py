@@ -1,0 +1,164 @@
+"""train_model: a whole training run from a config: data, wrapper, optimizer, resume, epochs, checkpoints, evaluation."""
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+import torch
+from torch import nn
+
+from mmpar.data.builder import build_dataloader
+from mmpar.dist_utils import barrier, get_dist_info
+from mmpar.models.builder import build_optimizer
+
+from .checkpoint import load_checkpoint, save_checkpoint, update_latest
+from .inference import evaluate_map, multi_gpu_test, single_gpu_test
+from .launch import wrap_model
+from .logger import JsonLogWriter
+from .lr_schedule import check_lr_config
+from .rng import get_rng_state, set_rng_state
+from .train_loop import TrainState, train_one_epoch
+
+__all__ = ["train_model", "single_gpu_test", "multi_gpu_test", "evaluate"]
+
+
+def _get(cfg: Any, key: str, default: Any = None) -> Any:
+    value = cfg.get(key, default) if hasattr(cfg, "get") else default
+    return default if value is None else value
+
+
+def evaluate(model: nn.Module, data_loader: Any, dataset: Any, distributed: bool) -> Dict[str, Any]:
+    """Detections over ``dataset`` (every rank, in dataset order) and their mAP@0.5."""
+    results = multi_gpu_test(model, data_loader) if distributed else single_gpu_test(model, data_loader)
+    return evaluate_map(dataset, results)
+
+
+def _log_eval(logger: logging.Logger, json_log: JsonLogWriter, metrics: Dict[str, Any], state: TrainState, tag: str) -> None:
+    logger.info(f"Epoch({tag}) [{state.epoch}]\tmAP: {metrics['mAP']:.4f}")
+    for row in metrics["per_class"]:
+        logger.info(f"  class {row['class']}: ap {row['ap']:.4f}, recall {row['recall']:.4f}, "
+                    f"gts {row['num_gts']}, dets {row['num_dets']}")
+    json_log.write(dict(mode="val", tag=tag, epoch=state.epoch, iter=state.iter, mAP=metrics["mAP"]))
+
+
+def _meta(cfg: Any, state: TrainState, seed: Optional[int]) -> Dict[str, Any]:
+    import mmpar
+
+    try:
+        text = cfg.pretty_text
+    except (TypeError, ValueError):
+        text = getattr(cfg, "text", "")
+    return dict(epoch=state.epoch, iter=state.iter, seed=seed, config=text, config_dict=cfg.to_dict(),
+                mmpar_version=mmpar.__version__, torch_version=str(torch.__version__), time=time.strftime("%Y%m%d_%H%M%S"),
+                world_size=get_dist_info()[1])
+
+
+def train_model(
+    cfg: Any,
+    model: nn.Module,
+    dataset: Any,
+    val_dataset: Optional[Any] = None,
+    distributed: bool = False,
+    validate: bool = True,
+    timestamp: Optional[str] = None,
+    logger: Optional[logging.Logger] = None,
+) -> Dict[str, Any]:
+    """Train ``model`` on ``dataset`` as ``cfg`` says, and evaluate it on ``val_dataset``.
+
+    Config keys used: ``work_dir``, ``seed``, ``data.samples_per_gpu``,
+    ``data.workers_per_gpu``, ``optimizer``, ``optimizer_config.grad_clip``,
+    ``lr_config``, ``runner.max_epochs``, ``checkpoint_config.interval``,
+    ``log_config.interval``, ``evaluation`` (``interval``: every N epochs, 0 for the
+    end only; ``before_train``), ``resume_from``, ``load_from``,
+    ``find_unused_parameters``.
+
+    A checkpoint ``epoch_N.pth`` (model, optimizer, epoch, iteration, rng states,
+    config) is written atomically after every ``interval`` epochs and the last
+    one, and ``latest.pth`` points at it. With ``resume_from`` everything is
+    restored, so that the run continues exactly as an uninterrupted one with the
+    same seed would.
+
+    Args:
+        cfg: The config (:class:`mmpar.config.Config`).
+        model: The unwrapped model; wrapped here (see :func:`mmpar.runner.launch.wrap_model`).
+        dataset: Training dataset.
+        val_dataset: Test-mode dataset for evaluation (``get_ann_info`` per image).
+        distributed: One process per device in a process group.
+        validate: Evaluate (needs ``val_dataset``).
+        timestamp: Name of the JSON log, ``<timestamp>.log.json``.
+        logger: Where log lines go; default the ``"mmpar"`` logger.
+
+    Returns:
+        ``dict(before=metrics or None, after=metrics or None, state=TrainState)``,
+        metrics being ``dict(mAP=..., per_class=[...])``.
+
+    Raises:
+        ValueError: ``validate`` without ``val_dataset``, or a bad ``lr_config``.
+    """
+    if validate and val_dataset is None:
+        raise ValueError("train_model: validate=True needs a val_dataset")
+    logger = logger or logging.getLogger("mmpar")
+    rank, _ = get_dist_info()
+    work_dir = Path(cfg.work_dir)
+    json_log = JsonLogWriter(work_dir / f"{timestamp or time.strftime('%Y%m%d_%H%M%S')}.log.json", rank)
+    seed = cfg.get("seed")
+    data_cfg = cfg.data
+    loader = build_dataloader(dataset, data_cfg.samples_per_gpu, data_cfg.workers_per_gpu, dist=distributed,
+                              shuffle=True, seed=seed)
+    model = wrap_model(model, distributed, bool(_get(cfg, "find_unused_parameters", False)))
+    optimizer = build_optimizer(model, cfg.optimizer)
+    base_lr = float(cfg.optimizer["lr"])
+    lr_config = check_lr_config(cfg.get("lr_config"))
+    state = TrainState(max_epochs=int(cfg.runner["max_epochs"]), iters_per_epoch=len(loader))
+    rng = None
+    if cfg.get("resume_from"):
+        checkpoint = load_checkpoint(cfg.resume_from, model, optimizer)
+        state.epoch, state.iter = int(checkpoint["meta"]["epoch"]), int(checkpoint["meta"]["iter"])
+        rng = checkpoint.get("rng")
+        logger.info(f"resumed from {cfg.resume_from}: epoch {state.epoch}, iter {state.iter}")
+    elif cfg.get("load_from"):
+        load_checkpoint(cfg.load_from, model)
+        logger.info(f"loaded weights from {cfg.load_from}")
+    json_log.write(dict(mode="meta", seed=seed, config=getattr(cfg, "filename", None), max_epochs=state.max_epochs,
+                        iters_per_epoch=state.iters_per_epoch, resumed_epoch=state.epoch))
+
+    eval_cfg = _get(cfg, "evaluation", {})
+    val_loader = None
+    if validate:
+        val_loader = build_dataloader(val_dataset, int(_get(data_cfg, "test_samples_per_gpu", data_cfg.samples_per_gpu)),
+                                      data_cfg.workers_per_gpu, dist=distributed, shuffle=False, seed=seed)
+    metrics: Dict[str, Any] = dict(before=None, after=None, state=state)
+    if validate and state.epoch == 0 and _get(eval_cfg, "before_train", True):
+        metrics["before"] = evaluate(model, val_loader, val_dataset, distributed)
+        _log_eval(logger, json_log, metrics["before"], state, "before training")
+    if rng is not None:
+        set_rng_state(rng)
+
+    ckpt_interval = int(_get(_get(cfg, "checkpoint_config", {}), "interval", 1))
+    eval_interval = int(_get(eval_cfg, "interval", 0))
+    log_interval = int(_get(_get(cfg, "log_config", {}), "interval", 10))
+    grad_clip = _get(_get(cfg, "optimizer_config", {}), "grad_clip", None)
+    logger.info(f"start training: epochs {state.epoch + 1}..{state.max_epochs}, {state.iters_per_epoch} iterations each, "
+                f"work_dir {work_dir}")
+    while state.epoch < state.max_epochs:
+        train_one_epoch(model, loader, optimizer, state, lr_config, base_lr, logger, json_log, log_interval, grad_clip)
+        last = state.epoch == state.max_epochs
+        if last or (ckpt_interval > 0 and state.epoch % ckpt_interval == 0):
+            _save(work_dir, model, optimizer, cfg, state, seed, logger)
+        if validate and (last or (eval_interval > 0 and state.epoch % eval_interval == 0)):
+            metrics["after"] = evaluate(model, val_loader, val_dataset, distributed)
+            _log_eval(logger, json_log, metrics["after"], state, "val")
+    return metrics
+
+
+def _save(work_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer, cfg: Any, state: TrainState,
+          seed: Optional[int], logger: logging.Logger) -> None:
+    rng = get_rng_state()
+    if get_dist_info()[0] == 0:
+        path = work_dir / f"epoch_{state.epoch}.pth"
+        save_checkpoint(path, model, optimizer, _meta(cfg, state, seed), rng)
+        update_latest(path)
+        logger.info(f"saved checkpoint {path}")
+    barrier()

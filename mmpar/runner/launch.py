@@ -1,0 +1,76 @@
+"""Putting a model on its device(s): MMDataParallel for one device, MMDistributedDataParallel in a group."""
+from __future__ import annotations
+
+import logging
+from typing import Any, Mapping, Optional
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from mmpar.data_parallel import MMDataParallel
+from mmpar.distributed import MMDistributedDataParallel
+from mmpar.models.norm import has_sync_batchnorm, revert_sync_batchnorm
+
+__all__ = ["wrap_model", "scale_lr"]
+
+
+def wrap_model(model: nn.Module, distributed: bool, find_unused_parameters: bool = False) -> nn.Module:
+    """Wrap ``model`` for training or testing.
+
+    * ``distributed`` (a process group exists): :class:`MMDistributedDataParallel`,
+      on ``cuda:<current device>`` with CUDA, on the CPU (gloo) otherwise;
+    * else :class:`MMDataParallel` on ``cuda:0``, or on the CPU without CUDA.
+
+    ``SyncBatchNorm`` layers become ``BatchNorm2d`` with a warning where they cannot
+    work: without a process group, or in a CPU process group.
+
+    Raises:
+        RuntimeError: ``distributed`` is set but no process group was initialised.
+    """
+    group = dist.is_available() and dist.is_initialized()
+    if distributed and not group:
+        raise RuntimeError("wrap_model: distributed=True but no process group exists; call mmpar.dist_utils.init_dist first")
+    cuda = torch.cuda.is_available()
+    if has_sync_batchnorm(model) and not (distributed and cuda):
+        model = revert_sync_batchnorm(model, "no process group" if not distributed else "SyncBatchNorm needs CUDA; this run is on the CPU")
+    if distributed:
+        if cuda:
+            device = torch.cuda.current_device()
+            return MMDistributedDataParallel(
+                model.cuda(device), device_ids=[device], broadcast_buffers=False,
+                find_unused_parameters=find_unused_parameters,
+            )
+        return MMDistributedDataParallel(model, find_unused_parameters=find_unused_parameters)
+    if cuda:
+        return MMDataParallel(model.cuda(0), device_ids=[0])
+    return MMDataParallel(model, device_ids=["cpu"])
+
+
+def scale_lr(optimizer_cfg: Any, auto_scale_lr: Optional[Mapping[str, Any]], total_batch_size: int,
+             logger: Optional[logging.Logger] = None) -> float:
+    """Scale ``optimizer_cfg["lr"]`` in place by ``total_batch_size / base_batch_size`` (linear rule).
+
+    Args:
+        optimizer_cfg: The config's ``optimizer`` dict.
+        auto_scale_lr: The config's ``auto_scale_lr``, ``dict(base_batch_size=...)``.
+        total_batch_size: Samples per iteration over all processes.
+        logger: Where to report the change.
+
+    Returns:
+        The new lr.
+
+    Raises:
+        ValueError: ``auto_scale_lr`` is missing or has no positive int ``base_batch_size``.
+    """
+    base = (auto_scale_lr or {}).get("base_batch_size") if isinstance(auto_scale_lr, Mapping) else None
+    if isinstance(base, bool) or not isinstance(base, int) or base < 1:
+        raise ValueError(
+            "auto_scale_lr: --auto-scale-lr needs auto_scale_lr = dict(base_batch_size=N) in the config "
+            f"(N a positive int), got {auto_scale_lr!r}"
+        )
+    old = float(optimizer_cfg["lr"])
+    optimizer_cfg["lr"] = old * total_batch_size / base
+    if logger is not None:
+        logger.info(f"auto_scale_lr: lr {old:g} -> {optimizer_cfg['lr']:g} (batch size {total_batch_size} vs base {base})")
+    return float(optimizer_cfg["lr"])

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""Train a model from a config, on one CPU, one GPU, or many processes (torchrun, SLURM).
+
+Examples::
+
+    python tools/train.py configs/tiny_det/tiny_det_synthetic.py
+    python tools/train.py CONFIG --work-dir work_dirs/run1 --seed 0 --cfg-options runner.max_epochs=2
+    python tools/train.py CONFIG --auto-resume
+    python -m torch.distributed.run --nproc_per_node=2 tools/train.py CONFIG --launcher pytorch
+
+Config files are Python and run as code: only use configs you trust.
+"""
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+from pathlib import Path
+
+try:
+    import mmpar  # noqa: F401
+except ImportError:  # a source checkout that is not pip-installed
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from mmpar.dist_utils import get_dist_info, sync_random_seed
+from mmpar.models.builder import build_dataset, build_model
+from mmpar.runner.apis import train_model
+from mmpar.runner.checkpoint import find_latest_checkpoint
+from mmpar.runner.cli import add_cfg_options, add_launcher_args, fail, load_config, resolve_work_dir, start_launcher
+from mmpar.runner.launch import scale_lr
+from mmpar.runner.logger import get_logger
+from mmpar.runner.rng import set_random_seed
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("config", help="config file (.py or .json)")
+    parser.add_argument("--work-dir", help="where logs and checkpoints go (default: work_dirs/<config name>)")
+    resume = parser.add_mutually_exclusive_group()
+    resume.add_argument("--resume-from", help="checkpoint to resume from (model, optimizer, epoch, rng states)")
+    resume.add_argument("--auto-resume", action="store_true", help="resume from the newest checkpoint of the work dir, if any")
+    parser.add_argument("--no-validate", action="store_true", help="skip the evaluations")
+    parser.add_argument("--seed", type=int, default=None, help="random seed (default: the config's, else the checkpoint's, else random)")
+    parser.add_argument("--deterministic", action="store_true", help="seed everything and use deterministic algorithms only")
+    parser.add_argument("--auto-scale-lr", action="store_true",
+                        help="scale the lr by the total batch size against auto_scale_lr.base_batch_size")
+    add_cfg_options(parser)
+    add_launcher_args(parser)
+    return parser.parse_args(argv)
+
+
+def _checkpoint_seed(path: Path):
+    meta = torch.load(path, map_location="cpu", weights_only=True).get("meta", {})
+    return meta.get("seed")
+
+
+def _resolve_resume(args: argparse.Namespace, cfg, work_dir: Path) -> None:
+    if args.resume_from:
+        cfg["resume_from"] = args.resume_from
+    elif args.auto_resume:
+        latest = find_latest_checkpoint(work_dir)
+        cfg["resume_from"] = str(latest) if latest is not None else None
+    resume = cfg.get("resume_from")
+    if resume and not Path(resume).is_file():
+        fail(f"--resume-from: checkpoint {resume!r} not found")
+
+
+def _resolve_seed(args: argparse.Namespace, cfg) -> int:
+    seed = args.seed if args.seed is not None else cfg.get("seed")
+    if seed is None and cfg.get("resume_from"):
+        seed = _checkpoint_seed(Path(cfg.resume_from))
+    return sync_random_seed(seed)  # a random one when still None; the same on every rank
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    cfg = load_config(args.config, args.cfg_options)
+    work_dir = resolve_work_dir(args.work_dir, cfg, args.config)
+    _resolve_resume(args, cfg, work_dir)
+    distributed = start_launcher(args.launcher, args.local_rank, cfg)
+    rank, world_size = get_dist_info()
+    work_dir.mkdir(parents=True, exist_ok=True)
+    timestamp = time.strftime("%Y%m%d_%H%M%S")
+    logger = get_logger("mmpar", work_dir / f"{timestamp}.log", rank=rank)
+    if args.auto_scale_lr:
+        try:
+            scale_lr(cfg.optimizer, cfg.get("auto_scale_lr"), cfg.data.samples_per_gpu * world_size, logger)
+        except ValueError as exc:
+            fail(str(exc))
+    logger.info(f"python {platform.python_version()}, torch {torch.__version__}, numpy {np.__version__}, "
+                f"CUDA {'available' if torch.cuda.is_available() else 'not available'}, "
+                f"{world_size} process(es), launcher {args.launcher}")
+    seed = _resolve_seed(args, cfg)
+    deterministic = bool(args.deterministic or cfg.get("deterministic"))
+    cfg["seed"], cfg["deterministic"] = seed, deterministic
+    set_random_seed(seed, deterministic)
+    logger.info(f"seed {seed}, deterministic {deterministic}")
+    logger.info(f"config {args.config}:\n{cfg.pretty_text}")
+    if rank == 0:
+        cfg.dump(work_dir / f"{Path(args.config).stem}.py")
+
+    model = build_model(cfg.model)
+    dataset = build_dataset(cfg.data.train)
+    val_dataset = None if args.no_validate else build_dataset(cfg.data.val, test_mode=True)
+    logger.info(f"model {type(model).__name__}: {sum(p.numel() for p in model.parameters())} parameters; "
+                f"train {dataset!r}; val {val_dataset!r}")
+    started = time.perf_counter()
+    metrics = train_model(cfg, model, dataset, val_dataset, distributed=distributed, validate=not args.no_validate,
+                          timestamp=timestamp, logger=logger)
+    summary = f"done in {time.perf_counter() - started:.1f} s"
+    if metrics["before"] is not None or metrics["after"] is not None:
+        before = "n/a" if metrics["before"] is None else f"{metrics['before']['mAP']:.4f}"
+        after = "n/a" if metrics["after"] is None else f"{metrics['after']['mAP']:.4f}"
+        summary += f"; mAP@0.5 before training: {before}, after: {after}"
+    logger.info(summary)
+    if distributed:
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
