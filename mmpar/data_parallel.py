@@ -9,7 +9,7 @@ from torch import nn
 from torch.nn.parallel import DataParallel, replicate
 
 from .devices import Target, resolve_device, resolve_targets
-from .parallel_apply import default_devices, parallel_apply
+from .parallel_apply import default_devices, parallel_apply, scatter_batch
 from .scatter_gather import gather, scatter_kwargs
 
 __all__ = ["MMDataParallel", "data_parallel", "check_module_device"]
@@ -31,12 +31,32 @@ def check_module_device(module: nn.Module, device: torch.device, argument: str =
             )
 
 
-def _split_cpu_ids(device_ids: Optional[Sequence[Target]]) -> Optional[bool]:
-    """True when ``device_ids`` names only the CPU, False for CUDA only, None if not given."""
+def _names_cpu_only(device_ids: Optional[Sequence[Target]]) -> bool:
+    """True when ``device_ids`` names only the CPU (``[-1]``, ``["cpu"]``).
+
+    Only the kinds are checked here, not that the GPUs exist: without CUDA,
+    ``MMDataParallel(model, device_ids=[0])`` runs on the CPU, as
+    ``torch.nn.DataParallel`` does.
+
+    Raises:
+        TypeError: ``device_ids`` is not a list or tuple.
+        ValueError: it mixes CPU and CUDA targets, or holds an unknown device.
+    """
     if device_ids is None:
-        return None
-    devices = resolve_targets(device_ids, "device_ids")
-    kinds = {d.type for d in devices}
+        return False
+    if not isinstance(device_ids, (list, tuple)):
+        raise TypeError(f"device_ids: expected a list such as [0] or [-1], got {type(device_ids).__name__}")
+    kinds = set()
+    for i, d in enumerate(device_ids):
+        if isinstance(d, int) and not isinstance(d, bool):
+            kinds.add("cpu" if d == -1 else "cuda")
+        elif isinstance(d, (str, torch.device)):
+            try:
+                kinds.add(torch.device(d).type)
+            except RuntimeError:
+                raise ValueError(f"device_ids[{i}]: unknown device {d!r}") from None
+        else:
+            raise TypeError(f"device_ids[{i}]: expected an int, str or torch.device, got {type(d).__name__}")
     if len(kinds) > 1:
         raise ValueError(f"device_ids: mixes CPU and CUDA targets, got {list(device_ids)!r}")
     return kinds == {"cpu"}
@@ -77,8 +97,9 @@ class MMDataParallel(DataParallel):
         output_device: Optional[Target] = None,
         dim: int = 0,
     ) -> None:
-        if _split_cpu_ids(device_ids) or not torch.cuda.is_available():
-            # What DataParallel.__init__ itself sets up when there is no GPU.
+        if _names_cpu_only(device_ids) or not torch.cuda.is_available():
+            # What DataParallel.__init__ itself sets up when there is no GPU
+            # (it also ignores device_ids=[0] then, as mmcv-era code relies on).
             nn.Module.__init__(self)
             self.module = module
             self.device_ids: List[int] = []
@@ -99,8 +120,7 @@ class MMDataParallel(DataParallel):
         if not self.device_ids:
             args, kw = self._on_one_device(inputs, kwargs, _CPU)
             return self.module(*args, **kw)
-        check_module_device(self.module, self.src_device_obj)
-        return super().forward(*inputs, **kwargs)
+        return super().forward(*inputs, **kwargs)  # checks the module's device itself
 
     def train_step(self, *inputs: Any, **kwargs: Any) -> Any:
         """``module.train_step`` on the unwrapped inputs, on one device.
@@ -181,26 +201,18 @@ def data_parallel(
             ``device_ids[0]``.
         TypeError: ``module_kwargs`` is not a dict.
     """
-    if module_kwargs is not None and not isinstance(module_kwargs, Mapping):
-        raise TypeError(f"data_parallel: module_kwargs must be a dict or None, got {type(module_kwargs).__name__}")
     devices = default_devices() if device_ids is None else resolve_targets(device_ids, "device_ids")
     if len({d.type for d in devices}) > 1:
         raise ValueError(f"data_parallel: device_ids mixes CPU and CUDA targets, got {list(device_ids or [])!r}")
     out = devices[0] if output_device is None else resolve_device(output_device, "output_device")
     check_module_device(module, devices[0])
-    batch = inputs if isinstance(inputs, tuple) else (inputs,)
-    args, kwargs = scatter_kwargs(batch, dict(module_kwargs or {}), devices, dim=dim)
-    if not args and not kwargs:
-        args, kwargs = ((),), ({},)
-    n = max(len(args), len(kwargs))
-    args = [tuple(args[i]) if i < len(args) else () for i in range(n)]
-    kwargs = [dict(kwargs[i]) if i < len(kwargs) else {} for i in range(n)]
-    used = devices[:n]
-    if n == 1:
+    args, kwargs = scatter_batch(inputs, module_kwargs, devices, dim, "data_parallel")
+    used = devices[: len(args)]
+    if len(used) == 1:
         return gather([module(*args[0], **kwargs[0])], out, dim=dim)
     if used[0].type == "cuda":
         modules: Any = replicate(module, [d.index for d in used], not torch.is_grad_enabled())
     else:
         modules = module
-    outputs = parallel_apply(modules, list(args), devices=used, module_kwargs=list(kwargs))
+    outputs = parallel_apply(modules, args, devices=used, module_kwargs=kwargs)
     return gather(outputs, out, dim=dim)

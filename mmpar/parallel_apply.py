@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from .devices import Target, resolve_targets
+from .scatter_gather import gather, scatter_kwargs
 
 __all__ = ["parallel_apply", "default_devices"]
 
@@ -77,14 +78,12 @@ def parallel_apply(
     if isinstance(inputs, list):
         args, kwargs = _per_device(inputs, module_kwargs, len(targets))
     else:
-        args, kwargs = _scatter_batch(inputs, module_kwargs, targets, dim)
+        args, kwargs = scatter_batch(inputs, module_kwargs, targets, dim)
         targets = targets[: len(args)]
     fns = _functions(fn, len(targets))
     results = _run_all(fns, args, kwargs, targets)
     if output_device is None:
         return results
-    from .scatter_gather import gather
-
     return gather(results, output_device, dim=dim)
 
 
@@ -112,22 +111,23 @@ def _per_device(
     return args, [dict(k) for k in module_kwargs]
 
 
-def _scatter_batch(
-    inputs: Any, module_kwargs: Any, targets: List[torch.device], dim: int
+def scatter_batch(
+    inputs: Any, module_kwargs: Any, targets: List[torch.device], dim: int, caller: str = "parallel_apply"
 ) -> Tuple[List[Tuple[Any, ...]], List[Dict[str, Any]]]:
-    from .scatter_gather import scatter_kwargs
+    """One batch (a tuple of arguments, or the single argument) and its keyword
+    arguments cut over ``targets``: per used target, an argument tuple and a kwargs dict.
 
+    Raises:
+        TypeError: ``module_kwargs`` is neither None nor a dict.
+    """
     if module_kwargs is not None and not isinstance(module_kwargs, Mapping):
         raise TypeError(
-            "parallel_apply: with one batch, module_kwargs must be None or a dict (scattered along "
+            f"{caller}: with one batch, module_kwargs must be None or a dict (scattered along "
             f"with the batch), got {type(module_kwargs).__name__}"
         )
     batch = inputs if isinstance(inputs, tuple) else (inputs,)
     chunks, kw_chunks = scatter_kwargs(batch, dict(module_kwargs or {}), targets, dim=dim)
-    n = max(len(chunks), len(kw_chunks), 1)
-    args = [tuple(chunks[i]) if i < len(chunks) else () for i in range(n)]
-    kwargs = [dict(kw_chunks[i]) if i < len(kw_chunks) else {} for i in range(n)]
-    return args, kwargs
+    return [tuple(c) for c in chunks], [dict(k) for k in kw_chunks]
 
 
 def _functions(fn: Fn, n: int) -> List[Callable[..., Any]]:

@@ -103,6 +103,22 @@ def test_cpu_forward_without_inputs() -> None:
     assert MMDataParallel(Const(), device_ids=[-1])().tolist() == [1.0]
 
 
+def test_device_ids_without_cuda_run_on_the_cpu_as_torch_does() -> None:
+    if torch.cuda.is_available():
+        pytest.skip("checks the behaviour of a machine without CUDA")
+    model = MMDataParallel(Recorder(), device_ids=[0])
+    assert model.device_ids == [] == nn.DataParallel(Recorder(), device_ids=[0]).device_ids
+    samples = [
+        {"img": DataContainer(torch.ones(1, 2, 2), stack=True), "gt": DataContainer(torch.ones(2)),
+         "img_metas": DataContainer({"idx": i}, cpu_only=True)}
+        for i in range(2)
+    ]
+    out = model(**collate(samples, 2))
+    assert out["idx"] == [0, 1]
+    seen = model.module.seen[-1]
+    assert isinstance(seen["img"], torch.Tensor) and isinstance(seen["gt"], list)
+
+
 def test_bad_device_ids() -> None:
     with pytest.raises(TypeError, match="device_ids"):
         MMDataParallel(Recorder(), device_ids="cpu")
@@ -149,7 +165,7 @@ def test_data_parallel_with_containers_and_kwargs() -> None:
 
 
 def test_data_parallel_rejects_bad_kwargs() -> None:
-    with pytest.raises(TypeError, match="module_kwargs must be a dict"):
+    with pytest.raises(TypeError, match="module_kwargs must be None or a dict"):
         data_parallel(nn.Identity(), torch.ones(2), ["cpu"], module_kwargs=[1])
 
 
