@@ -266,6 +266,25 @@ def test_seed_none_is_broadcast_from_rank0_over_gloo():
     assert [r[2:] for r in results] == [[2, 0, 0], [2, 1, 1]]
 
 
+def _unshuffled_sampler_on_rank0_only(rank: int, world_size: int) -> Optional[list]:
+    # A rank-0-only evaluation loader: the other rank never builds a sampler, so a
+    # seed broadcast here would block until the group's timeout.
+    if rank != 0:
+        return None
+    ds = Flagged([0, 1] * 3)
+    return [
+        list(DistributedSampler(ds, num_replicas=1, rank=0, shuffle=False)),
+        list(GroupSampler(ds, 2, shuffle=False, batch_sampler=True)),
+    ]
+
+
+@pytest.mark.slow
+def test_unshuffled_samplers_need_no_collective():
+    results = run_workers(_unshuffled_sampler_on_rank0_only, 2, timeout=30)
+    assert results[0][0] == list(range(6))
+    assert sorted(i for batch in results[0][1] for i in batch) == list(range(6))
+
+
 # --- size-aware ---------------------------------------------------------------
 
 

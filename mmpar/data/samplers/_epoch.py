@@ -24,17 +24,20 @@ def check_positive_int(value: Any, name: str, owner: str) -> int:
     return int(value)
 
 
-def resolve_seed(seed: Optional[int], owner: str) -> int:
+def resolve_seed(seed: Optional[int], owner: str, shuffle: bool = True) -> int:
     """The sampler seed: ``seed``, or when ``None`` rank 0's random seed.
 
-    ``None`` calls :func:`mmpar.dist_utils.sync_random_seed`, which draws a seed
-    on rank 0 and broadcasts it, so that every rank shuffles the same way.
+    ``None`` with ``shuffle`` calls :func:`mmpar.dist_utils.sync_random_seed`,
+    which draws a seed on rank 0 and broadcasts it, so that every rank shuffles
+    the same way: such a sampler must then be built on every rank of the group.
+    Without ``shuffle`` the order needs no seed: ``None`` means 0 and no
+    collective runs, so a sampler for a rank-0-only loader cannot block.
 
     Raises:
         TypeError: ``seed`` is neither ``None`` nor an int.
     """
     if seed is None:
-        seed = sync_random_seed()
+        seed = sync_random_seed() if shuffle else 0
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"{owner}: seed must be an int or None, got {type(seed).__name__} {seed!r}")
     return int(seed)
@@ -74,8 +77,8 @@ class EpochSeeded:
     _epoch: int
     _epoch_hooks: List[Callable[[int], None]]
 
-    def _init_epoch(self, seed: Optional[int], owner: str) -> None:
-        self._seed = resolve_seed(seed, owner)
+    def _init_epoch(self, seed: Optional[int], owner: str, shuffle: bool = True) -> None:
+        self._seed = resolve_seed(seed, owner, shuffle)
         self._epoch = 0
         self._epoch_hooks = []
 

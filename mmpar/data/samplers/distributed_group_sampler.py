@@ -89,7 +89,7 @@ class DistributedGroupSampler(EpochSeeded, Sampler):
         group_sizes = np.bincount(np.unique(self.flag, return_inverse=True)[1].ravel())
         total = int(np.ceil(group_sizes / self.samples_per_gpu).sum())
         self.num_batches = -(-total // self.num_replicas)
-        self._init_epoch(seed, owner)
+        self._init_epoch(seed, owner, shuffle)
 
     def batches(self) -> List[List[int]]:
         """This rank's batches of the current epoch, each of ``samples_per_gpu``."""

@@ -63,7 +63,7 @@ class DistributedSampler(EpochSeeded, Sampler):
         else:
             self.num_samples = -(-self.dataset_size // self.num_replicas)
         self.total_size = self.num_samples * self.num_replicas
-        self._init_epoch(seed, owner)
+        self._init_epoch(seed, owner, shuffle)
 
     def __iter__(self) -> Iterator[int]:
         n = self.dataset_size

@@ -103,7 +103,7 @@ class GroupSampler(EpochSeeded, Sampler):
         self.flag = group_ids(dataset, owner)
         self.sizes = image_sizes(dataset, owner) if size_aware else None
         self.group_sizes = np.bincount(np.unique(self.flag, return_inverse=True)[1].ravel())
-        self._init_epoch(seed, owner)
+        self._init_epoch(seed, owner, shuffle)
 
     def batches(self) -> List[List[int]]:
         """The batches of the current epoch, as :meth:`__iter__` yields them."""
