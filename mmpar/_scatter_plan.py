@@ -71,12 +71,15 @@ def _survey(obj: Any, path: str, dim: int, containers: list, splittables: list) 
                 f"scatter: field {path or 'inputs'!r} has shape {tuple(obj.shape)}, cannot split along dim={dim}"
             )
         splittables.append((path or "inputs", obj.shape[d]))
-    elif isinstance(obj, DataContainer):
-        containers.append((path or "inputs", len(container_chunks(obj)), _chunk_sizes(obj)))
-    elif get_handler(obj) is not None:
-        splittables.append((path or "inputs", get_handler(obj).length(obj)))
-    elif isinstance(obj, (str, bytes)):
         return
+    if isinstance(obj, DataContainer):
+        containers.append((path or "inputs", len(container_chunks(obj)), _chunk_sizes(obj)))
+        return
+    if isinstance(obj, (str, bytes)):
+        return
+    handler = get_handler(obj)
+    if handler is not None:
+        splittables.append((path or "inputs", handler.length(obj)))
     elif isinstance(obj, Mapping):
         for k, v in obj.items():
             _survey(v, child_path(path, k), dim, containers, splittables)
@@ -102,6 +105,12 @@ def _check_chunk_sizes(chunk_sizes: Sequence[int], n_targets: int) -> List[int]:
 
 
 def _plan_from_containers(containers: list, splittables: list, n_targets: int, hint: str) -> Tuple[int, Optional[List[int]]]:
+    for path, count, _ in containers:
+        if count == 0:
+            raise ValueError(
+                f"scatter: field {path!r} is a DataContainer holding no chunk (empty data); "
+                "collate at least one sample into it"
+            )
     path0, n, _ = containers[0]
     for path, count, _ in containers[1:]:
         if count != n:

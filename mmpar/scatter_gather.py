@@ -217,8 +217,10 @@ def scatter_kwargs(
         inputs = ()
     elif not isinstance(inputs, (tuple, list)):
         inputs = (inputs,)
-    pieces = _scatter((tuple(inputs), dict(kwargs or {})), target_gpus, dim, chunk_sizes, max_size, dtype)
-    return tuple(tuple(args) for args, _ in pieces), tuple(kw for _, kw in pieces)
+    # One mapping, so that one plan cuts both and errors name "inputs[0]" or "kwargs.img".
+    both = {"inputs": tuple(inputs), "kwargs": dict(kwargs or {})}
+    pieces = _scatter(both, target_gpus, dim, chunk_sizes, max_size, dtype)
+    return tuple(p["inputs"] for p in pieces), tuple(p["kwargs"] for p in pieces)
 
 
 def to_device(data: Any, device: Target) -> Any:
@@ -314,14 +316,30 @@ def _join_tensors(items: List[torch.Tensor], device: torch.device, dim: int, nam
         ) from None
 
 
+def _numeric(array: np.ndarray) -> bool:
+    """Whether torch has a dtype for the array's: bools, ints, floats and complex
+    numbers, but not strings, objects, dates or long doubles."""
+    kind, size = array.dtype.kind, array.dtype.itemsize
+    return kind in "biuf" and size <= 8 or kind == "c" and size <= 16
+
+
+def _from_numpy(array: np.ndarray) -> torch.Tensor:
+    """The array as a tensor, sharing its memory where torch can: a flipped view
+    (negative strides, as ``np.fliplr`` makes), a read-only or a byte-swapped
+    array is copied first."""
+    if array.flags.writeable and array.dtype.isnative and all(s >= 0 for s in array.strides):
+        return torch.from_numpy(array)
+    return torch.from_numpy(np.array(array, dtype=array.dtype.newbyteorder("="), order="C"))
+
+
 def map_tensors(obj: Any, fn: Callable[[torch.Tensor], Any], device: torch.device, numpy_too: bool = False) -> Any:
     """``obj`` rebuilt with ``fn`` applied to every tensor in it (and, with
     ``numpy_too``, to every numeric numpy array as a tensor); registered types are
     moved to ``device`` with their ``to`` hook; other leaves are kept."""
     if isinstance(obj, torch.Tensor):
         return fn(obj)
-    if numpy_too and isinstance(obj, np.ndarray) and obj.dtype != object:
-        return fn(torch.from_numpy(obj))
+    if numpy_too and isinstance(obj, np.ndarray) and _numeric(obj):
+        return fn(_from_numpy(obj))
     handler = get_handler(obj)
     if handler is not None:
         return handler.to(obj, device)

@@ -76,7 +76,8 @@ def to_device_batched(
 
     On a CPU target this is ``tensor.to``: no copy when nothing changes. On a
     CUDA target, CPU tensors of at most :data:`PACK_LIMIT` bytes go in one packed
-    copy, larger ones each in their own; all host-to-device copies run on a side
+    copy, larger ones (and ones that require grad, so autograd sees the copy)
+    each in their own; all host-to-device copies run on a side
     stream that the current stream then waits on.
 
     Args:
@@ -90,8 +91,11 @@ def to_device_batched(
     if device.type != "cuda":
         return [_cast(t.to(device), dtype) for t in tensors]
     out: List[Optional[torch.Tensor]] = [None] * len(tensors)
-    small = [i for i, t in enumerate(tensors) if t.device.type == "cpu" and _nbytes(t) <= PACK_LIMIT]
-    large = [i for i, t in enumerate(tensors) if t.device.type == "cpu" and _nbytes(t) > PACK_LIMIT]
+    # Packing copies bytes and so detaches: tensors that carry autograd history
+    # (a data_parallel input requiring grad) travel by ``.to`` like large ones.
+    packable = [t.device.type == "cpu" and _nbytes(t) <= PACK_LIMIT and not _tracks_grad(t) for t in tensors]
+    small = [i for i, ok in enumerate(packable) if ok]
+    large = [i for i, (t, ok) in enumerate(zip(tensors, packable)) if t.device.type == "cpu" and not ok]
     for i, t in enumerate(tensors):
         if t.device.type != "cpu":  # already on a GPU: an ordinary ordered copy
             out[i] = t.to(device, non_blocking=True)
@@ -112,6 +116,10 @@ def to_device_batched(
     for t in copied:
         t.record_stream(current)
     return [_cast(t, dtype) for t in out]  # casts run on the current stream
+
+
+def _tracks_grad(t: torch.Tensor) -> bool:
+    return t.requires_grad and torch.is_grad_enabled()
 
 
 def _nbytes(t: torch.Tensor) -> int:

@@ -131,3 +131,15 @@ def test_dataloader_pin_memory_pins_container_data() -> None:
     assert all(t.is_pinned() for chunk in batch["gt_bboxes"].data for t in chunk)
     assert batch["label"].is_pinned()
     assert batch["img_metas"].data == [[{"idx": 0}, {"idx": 1}], [{"idx": 2}, {"idx": 3}]]
+
+
+def test_small_tensors_that_require_grad_keep_their_history() -> None:
+    x = torch.ones(3, 2, requires_grad=True)  # small: would be packed, but packing detaches
+    boxes = torch.ones(2, 4)
+    (piece,) = scatter({"x": x, "boxes": DataContainer([[boxes]])}, [0])
+    assert piece["x"].requires_grad and piece["x"].is_cuda
+    (piece["x"] * 2).sum().backward()
+    assert torch.equal(x.grad, torch.full((3, 2), 2.0))
+    with torch.no_grad():  # no history to keep: packed like the rest
+        (again,) = scatter({"x": x}, [0])
+    assert not again["x"].requires_grad

@@ -356,3 +356,10 @@ def test_defaultdict_keeps_its_type_and_factory() -> None:
     out = scatter(inputs, ["cpu", "cpu"])
     assert all(type(p) is defaultdict and p.default_factory is list for p in out)
     assert [p["t"].tolist() for p in out] == [[0, 1], [2, 3]]
+
+
+def test_a_container_with_no_chunk_is_an_error_not_an_empty_result() -> None:
+    with pytest.raises(ValueError, match=r"'x' is a DataContainer holding no chunk"):
+        scatter({"x": DataContainer([]), "y": torch.ones(4)}, ["cpu", "cpu"])
+    with pytest.raises(ValueError, match=r"'kwargs.x' is a DataContainer holding no chunk"):
+        scatter_kwargs((), {"x": DataContainer([])}, ["cpu"])
