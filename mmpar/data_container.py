@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numbers
+import operator
 from typing import Any, Callable, Optional, Union
 
 import torch
@@ -9,6 +10,22 @@ import torch
 __all__ = ["DataContainer"]
 
 _PAD_DIMS = (None, 1, 2, 3)
+
+
+def _check_pad_dims(pad_dims: Any) -> Optional[int]:
+    """``pad_dims`` as a plain int (numpy ints welcome), or None.
+
+    ``1.0 in (1, 2, 3)`` is true, so integrality is checked with ``operator.index``.
+    """
+    if pad_dims is None:
+        return None
+    try:
+        value = operator.index(pad_dims)
+    except TypeError:
+        value = None
+    if isinstance(pad_dims, bool) or value not in _PAD_DIMS[1:]:
+        raise ValueError(f"DataContainer: pad_dims must be None, 1, 2 or 3, got {pad_dims!r}")
+    return value
 
 
 class DataContainer:
@@ -62,11 +79,7 @@ class DataContainer:
         pad_dims: Optional[int] = 2,
         size_divisor: Optional[int] = None,
     ) -> None:
-        # ``1.0 in (1, 2, 3)`` is true: check the type too.
-        if pad_dims is not None and (
-            isinstance(pad_dims, bool) or not isinstance(pad_dims, int) or pad_dims not in _PAD_DIMS
-        ):
-            raise ValueError(f"DataContainer: pad_dims must be None, 1, 2 or 3, got {pad_dims!r}")
+        pad_dims = _check_pad_dims(pad_dims)
         # numbers.Real also admits numpy scalars such as ``np.float32(0.5)``.
         if isinstance(padding_value, bool) or not isinstance(padding_value, numbers.Real):
             raise TypeError(

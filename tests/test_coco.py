@@ -76,8 +76,12 @@ def test_annotations_are_converted(coco):
     ann = ds.get_ann_info(1)
     assert ann["labels"].tolist() == [0] and ann["bboxes_ignore"].shape == (0, 4)
     assert ds.skipped_boxes == dict(degenerate=1, outside=1, other_class=0, crowd=1)
-    np.testing.assert_array_equal(ds.img_sizes, [[30, 40], [50, 30]])
+    np.testing.assert_array_equal(ds.ori_img_sizes, [[30, 40], [50, 30]])
     assert ds.flag.tolist() == [1, 0] and ds.flag.dtype == np.uint8
+    # img_sizes are the sizes as batched: through the pipeline's Resize, exactly.
+    np.testing.assert_array_equal(ds.img_sizes, [[48, 64], [64, 38]])
+    for i in range(len(ds)):
+        assert tuple(ds[i]["img_metas"].data["img_shape"][:2]) == tuple(ds.img_sizes[i])
     assert ds.get_img_info(1)["filename"] == "sub/b.png"
 
 

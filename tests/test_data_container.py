@@ -180,3 +180,8 @@ def test_containers_survive_a_real_dataloader_worker() -> None:
         assert torch.equal(got["boxes"].data, want["boxes"].data)
         assert torch.equal(got["ids"].data, want["ids"].data)
         assert got["meta"].data == want["meta"].data
+
+
+def test_pad_dims_accepts_numpy_integers_as_plain_ints() -> None:
+    dc = DataContainer(torch.ones(2, 2), stack=True, pad_dims=np.int64(2))
+    assert dc.pad_dims == 2 and type(dc.pad_dims) is int

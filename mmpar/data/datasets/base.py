@@ -9,6 +9,7 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from ..transforms.compose import Compose
+from ..transforms.geometric import Resize
 
 __all__ = ["DetectionDataset"]
 
@@ -33,7 +34,10 @@ class DetectionDataset(Dataset):
 
     Attributes:
         CLASSES: Class names; label ``k`` is ``CLASSES[k]``.
-        img_sizes: int64 ``(N, 2)`` array of the original ``(h, w)`` of each image.
+        ori_img_sizes: int64 ``(N, 2)`` array of the original ``(h, w)`` of each image.
+        img_sizes: int64 ``(N, 2)`` array of each image's ``(h, w)`` as it will
+            be batched: the original size through the pipeline's ``Resize``, if
+            it has one. Size-aware samplers batch similar sizes by it.
         flag: uint8 ``(N,)`` array, 1 where ``w / h > 1`` (landscape), for
             aspect-ratio grouped samplers.
         pipeline: The :class:`~mmpar.data.transforms.Compose` run on each sample.
@@ -52,7 +56,8 @@ class DetectionDataset(Dataset):
         self.pipeline = Compose(self.default_pipeline() if pipeline is None else pipeline)
         self.img_prefix: Optional[str] = None
         self.seg_prefix: Optional[str] = None
-        self.img_sizes = np.zeros((0, 2), dtype=np.int64)
+        self.ori_img_sizes = np.zeros((0, 2), dtype=np.int64)
+        self.img_sizes = self.ori_img_sizes
         self.flag = np.zeros(0, dtype=np.uint8)
 
     def default_pipeline(self) -> List[Any]:
@@ -60,12 +65,18 @@ class DetectionDataset(Dataset):
         raise NotImplementedError(f"{type(self).__name__} has no default pipeline; pass pipeline=[...]")
 
     def _set_img_sizes(self, sizes: Any) -> None:
-        sizes = np.asarray(sizes, dtype=np.int64).reshape(-1, 2)
-        self.img_sizes = sizes
-        self.flag = (sizes[:, 1] > sizes[:, 0]).astype(np.uint8)
+        """Record the original ``(h, w)`` of every image, and derive ``img_sizes`` and ``flag``."""
+        self.ori_img_sizes = np.asarray(sizes, dtype=np.int64).reshape(-1, 2)
+        resize = next((t for t in self.pipeline.transforms if isinstance(t, Resize)), None)
+        if resize is None:
+            self.img_sizes = self.ori_img_sizes
+        else:
+            batched = [resize.output_hw(int(h), int(w)) for h, w in self.ori_img_sizes]
+            self.img_sizes = np.asarray(batched, dtype=np.int64).reshape(-1, 2)
+        self.flag = (self.img_sizes[:, 1] > self.img_sizes[:, 0]).astype(np.uint8)
 
     def __len__(self) -> int:
-        return len(self.img_sizes)
+        return len(self.ori_img_sizes)
 
     def get_img_info(self, idx: int) -> Dict[str, Any]:
         """``dict(filename=..., height=..., width=...)`` of image ``idx``."""

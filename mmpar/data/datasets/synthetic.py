@@ -113,7 +113,7 @@ class SyntheticShapes(DetectionDataset):
 
     def get_img_info(self, idx: int) -> Dict[str, Any]:
         idx = self._check_index(idx)
-        h, w = (int(s) for s in self.img_sizes[idx])
+        h, w = (int(s) for s in self.ori_img_sizes[idx])
         return dict(filename=f"synthetic_{self.seed}_{idx:06d}.png", height=h, width=w)
 
     def get_ann_info(self, idx: int) -> Dict[str, np.ndarray]:

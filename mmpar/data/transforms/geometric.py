@@ -122,6 +122,13 @@ class Resize:
         self.img_scale: List[Scale] = scales
         self.keep_ratio = bool(keep_ratio)
 
+    def output_hw(self, h: int, w: int) -> Tuple[int, int]:
+        """The ``(h, w)`` an ``h x w`` image is resized to: exact with one scale,
+        with several (picked per sample) that of the largest scale."""
+        scale = max(self.img_scale, key=lambda s: s[0] * s[1])
+        new_w, new_h = rescale_size(w, h, scale) if self.keep_ratio else scale
+        return new_h, new_w
+
     def __call__(self, results: dict) -> dict:
         h, w = _image_shape(results, "Resize")[:2]
         if "scale" not in results:
