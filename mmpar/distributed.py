@@ -84,7 +84,12 @@ class MMDistributedDataParallel(DistributedDataParallel):
     def to_kwargs(
         self, inputs: Tuple[Any, ...], kwargs: Optional[Dict[str, Any]], device_id: Target
     ) -> Tuple[Tuple[Tuple[Any, ...], ...], Tuple[Dict[str, Any], ...]]:
-        """Container-aware move of ``inputs``/``kwargs`` onto one device."""
+        """Container-aware move of ``inputs``/``kwargs`` onto one device.
+
+        mmpar's own step: :meth:`forward`, :meth:`train_step` and
+        :meth:`val_step` call it before DDP's forward (torch 2.x's DDP no longer
+        calls a ``to_kwargs`` method; it then finds the tensors already in place).
+        """
         return scatter_kwargs(inputs, kwargs, [device_id], dim=self.dim)
 
     def params_without_grad(self) -> List[str]:
