@@ -3,9 +3,16 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Any, Iterable, Mapping, Tuple
+from typing import Any, Callable, Iterable, Mapping, Optional, Tuple
 
-__all__ = ["is_namedtuple", "is_dataclass_instance", "rebuild_mapping", "dataclass_fields", "child_path"]
+__all__ = [
+    "child_path",
+    "dataclass_fields",
+    "is_dataclass_instance",
+    "is_namedtuple",
+    "map_structure",
+    "rebuild_mapping",
+]
 
 
 def is_namedtuple(obj: Any) -> bool:
@@ -39,3 +46,34 @@ def child_path(path: str, key: Any) -> str:
     if isinstance(key, int):
         return f"{path}[{key}]"
     return f"{path}.{key}" if path else str(key)
+
+
+def map_structure(obj: Any, leaf: Callable[[Any], Any], is_leaf: Optional[Callable[[Any], bool]] = None) -> Any:
+    """``obj`` rebuilt with ``leaf(x)`` in place of every leaf ``x``.
+
+    Mappings, lists, tuples, namedtuples and dataclasses are walked and rebuilt
+    with their types; strings, bytes and everything else are leaves, as is any
+    object for which ``is_leaf`` says so (a registered type that happens to be a
+    sequence). A part in which no leaf changed is returned as it is, not copied.
+    """
+    if (is_leaf is not None and is_leaf(obj)) or isinstance(obj, (str, bytes)):
+        return leaf(obj)
+    if isinstance(obj, Mapping):
+        items = [(k, map_structure(v, leaf, is_leaf)) for k, v in obj.items()]
+        return obj if all(new is obj[k] for k, new in items) else rebuild_mapping(obj, items)
+    if isinstance(obj, (list, tuple)):
+        items = [map_structure(v, leaf, is_leaf) for v in obj]
+        if all(new is old for new, old in zip(items, obj)):
+            return obj
+        if is_namedtuple(obj):
+            return type(obj)(*items)
+        return tuple(items) if isinstance(obj, tuple) else items
+    if is_dataclass_instance(obj):
+        changed = {}
+        for name in dataclass_fields(obj):
+            old = getattr(obj, name)
+            new = map_structure(old, leaf, is_leaf)
+            if new is not old:
+                changed[name] = new
+        return dataclasses.replace(obj, **changed) if changed else obj
+    return leaf(obj)

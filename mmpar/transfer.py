@@ -11,12 +11,11 @@ while the consumer may still read it.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from ._structures import is_namedtuple, rebuild_mapping
+from ._structures import map_structure
 from .type_handlers import get_handler
 
 __all__ = ["PACK_LIMIT", "pack", "unpack", "to_device_batched", "pin_memory"]
@@ -135,22 +134,23 @@ def _cast(t: torch.Tensor, dtype: Optional[torch.dtype]) -> torch.Tensor:
 def pin_memory(data: Any) -> Any:
     """``data`` with every tensor (and registered type) in pinned memory.
 
-    Containers are rebuilt with their types; DataContainers pin their own data
-    (``cpu_only`` ones are left alone); other objects are returned as they are.
+    Containers are rebuilt with their types (dataclasses included);
+    DataContainers pin their own data (``cpu_only`` ones are left alone); other
+    objects are returned as they are.
     """
-    if isinstance(data, torch.Tensor):
-        return data.pin_memory()
-    handler = get_handler(data)
+    return map_structure(data, _pin_leaf, is_leaf=_is_registered)
+
+
+def _is_registered(obj: Any) -> bool:
+    return get_handler(obj) is not None
+
+
+def _pin_leaf(obj: Any) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.pin_memory()
+    handler = get_handler(obj)
     if handler is not None:
-        return handler.pin_memory(data)
-    if hasattr(data, "pin_memory") and not isinstance(data, type):  # DataContainer and friends
-        return data.pin_memory()
-    if isinstance(data, Mapping):
-        return rebuild_mapping(data, ((k, pin_memory(v)) for k, v in data.items()))
-    if is_namedtuple(data):
-        return type(data)(*(pin_memory(v) for v in data))
-    if isinstance(data, tuple):
-        return tuple(pin_memory(v) for v in data)
-    if isinstance(data, list):
-        return [pin_memory(v) for v in data]
-    return data
+        return handler.pin_memory(obj)
+    if hasattr(obj, "pin_memory") and not isinstance(obj, type):  # DataContainer and friends
+        return obj.pin_memory()
+    return obj
