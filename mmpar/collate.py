@@ -189,6 +189,8 @@ def _default_collate(samples: List[Any], path: str) -> Any:
         return default_collate(samples)
     except (TypeError, RuntimeError) as err:
         raise TypeError(f"{_name(path)}: cannot batch {type(elem).__name__} values: {err}") from err
+    except (ValueError, OverflowError) as err:  # e.g. an int beyond 64 bits
+        raise ValueError(f"{_name(path)}: cannot batch {type(elem).__name__} values: {err}") from err
 
 
 def _describe(x: Any) -> str:

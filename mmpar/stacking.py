@@ -110,6 +110,34 @@ def _check_stackable(tensors: Sequence[torch.Tensor], pad_dims: Optional[int], f
             )
 
 
+def _fill_value(value: Number, dtype: torch.dtype, field: str, i: int) -> Number:
+    """``value`` as written into a ``dtype`` tensor; raise unless ``dtype`` holds it.
+
+    Floating dtypes take any float (``inf`` and ``nan`` included) whose magnitude
+    fits; integer and bool dtypes take integers in their range only (``0.5``
+    would be truncated and ``-1`` in uint8 wrapped, writing another value).
+    """
+    if dtype.is_complex:
+        return value
+    if dtype.is_floating_point:
+        try:
+            number = float(value)
+        except OverflowError:  # an int beyond float64
+            number = math.inf
+        too_large = abs(number) > torch.finfo(dtype).max and (math.isfinite(number) or isinstance(value, numbers.Integral))
+        if too_large:
+            raise ValueError(f"{field}: padding_value {value!r} of sample {i} overflows {dtype}")
+        return number
+    low, high = (0, 1) if dtype == torch.bool else (torch.iinfo(dtype).min, torch.iinfo(dtype).max)
+    integral = isinstance(value, numbers.Integral) or (math.isfinite(value) and float(value).is_integer())
+    if not integral or not low <= int(value) <= high:
+        raise ValueError(
+            f"{field}: padding_value {value!r} of sample {i} cannot be held by {dtype}; "
+            f"expected an integer in [{low}, {high}]"
+        )
+    return int(value)
+
+
 def pad_stack(
     tensors: Sequence[torch.Tensor],
     pad_dims: Optional[int],
@@ -139,8 +167,10 @@ def pad_stack(
 
     Raises:
         TypeError: An entry is not a tensor.
-        ValueError: Empty input, too few dimensions for ``pad_dims``, or leading
-            dimensions, dtypes or devices that disagree.
+        ValueError: Empty input, too few dimensions for ``pad_dims``, leading
+            dimensions, dtypes or devices that disagree, or a padding value the
+            dtype cannot hold (out of range or not an integer for integer and
+            bool dtypes, overflowing for floating ones).
     """
     if len(tensors) == 0:
         raise ValueError(f"{field}: nothing to stack, got no tensors")
@@ -153,6 +183,7 @@ def pad_stack(
             f"values for {len(tensors)} samples"
         )
     first = tensors[0]
+    padding_values = [_fill_value(v, first.dtype, field, i) for i, v in enumerate(padding_values)]
     shape = (len(tensors),) + padded_shape([t.shape for t in tensors], pad_dims, size_divisor)
     if first.device.type == "cpu" and torch.utils.data.get_worker_info() is not None:
         out = empty_shared(shape, first.dtype)
