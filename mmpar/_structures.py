@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Any, Callable, Iterable, Mapping, Optional, Tuple
+import functools
+from collections.abc import Mapping
+from typing import Any, Callable, Iterable, Optional, Tuple
 
 __all__ = [
     "child_path",
@@ -21,7 +23,13 @@ def is_namedtuple(obj: Any) -> bool:
 
 
 def is_dataclass_instance(obj: Any) -> bool:
-    return dataclasses.is_dataclass(obj) and not isinstance(obj, type)
+    return _is_dataclass_type(type(obj))
+
+
+@functools.lru_cache(maxsize=None)
+def _is_dataclass_type(cls: type) -> bool:
+    # Cached per type: scatter asks this of every leaf of every batch.
+    return dataclasses.is_dataclass(cls) and not issubclass(cls, type)
 
 
 def dataclass_fields(obj: Any) -> Tuple[str, ...]:

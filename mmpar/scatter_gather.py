@@ -9,11 +9,11 @@ import numpy as np
 import torch
 
 from ._scatter_plan import Plan, container_chunks, make_plan, torch_chunk_sizes
-from ._structures import child_path, dataclass_fields, is_dataclass_instance, is_namedtuple, rebuild_mapping
+from ._structures import child_path, dataclass_fields, is_dataclass_instance, is_namedtuple, map_structure, rebuild_mapping
 from .data_container import DataContainer
 from .devices import Target, resolve_device, resolve_targets
-from .transfer import to_device_batched
-from .type_handlers import get_handler
+from .transfer import move, to_device_batched
+from .type_handlers import get_handler, is_registered
 
 __all__ = ["scatter", "scatter_kwargs", "gather", "to_device"]
 
@@ -37,8 +37,7 @@ class _Target:
 
     def move(self, t: torch.Tensor) -> Any:
         if self.device.type == "cpu":
-            t = t.to(self.device)
-            return t.to(self.dtype) if self.dtype is not None and t.is_floating_point() else t
+            return move(t, self.device, self.dtype)
         self.pending.append(t)
         return _Pending(len(self.pending) - 1)
 
@@ -55,25 +54,7 @@ class _Target:
 
 def _fill(obj: Any, moved: List[torch.Tensor]) -> Any:
     """Replace every :class:`_Pending` in ``obj``; unchanged parts keep their identity."""
-    if isinstance(obj, _Pending):
-        return moved[obj.index]
-    if isinstance(obj, (str, bytes, torch.Tensor)) or obj is None:
-        return obj
-    if isinstance(obj, Mapping):
-        items = [(k, _fill(v, moved)) for k, v in obj.items()]
-        return obj if all(new is obj[k] for k, new in items) else rebuild_mapping(obj, items)
-    if isinstance(obj, (list, tuple)):
-        items = [_fill(v, moved) for v in obj]
-        if all(new is old for new, old in zip(items, obj)):
-            return obj
-        if is_namedtuple(obj):
-            return type(obj)(*items)
-        return tuple(items) if isinstance(obj, tuple) else items
-    if is_dataclass_instance(obj):
-        changes = {name: _fill(getattr(obj, name), moved) for name in dataclass_fields(obj)}
-        changes = {k: v for k, v in changes.items() if v is not getattr(obj, k)}
-        return dataclasses.replace(obj, **changes) if changes else obj
-    return obj
+    return map_structure(obj, lambda leaf: moved[leaf.index] if isinstance(leaf, _Pending) else leaf)
 
 
 def _split(obj: Any, plan: Plan, targets: List[_Target], path: str) -> Optional[List[Any]]:
@@ -336,24 +317,13 @@ def map_tensors(obj: Any, fn: Callable[[torch.Tensor], Any], device: torch.devic
     """``obj`` rebuilt with ``fn`` applied to every tensor in it (and, with
     ``numpy_too``, to every numeric numpy array as a tensor); registered types are
     moved to ``device`` with their ``to`` hook; other leaves are kept."""
-    if isinstance(obj, torch.Tensor):
-        return fn(obj)
-    if numpy_too and isinstance(obj, np.ndarray) and _numeric(obj):
-        return fn(_from_numpy(obj))
-    handler = get_handler(obj)
-    if handler is not None:
-        return handler.to(obj, device)
-    if isinstance(obj, (str, bytes)):
-        return obj
-    if isinstance(obj, Mapping):
-        return rebuild_mapping(obj, ((k, map_tensors(v, fn, device, numpy_too)) for k, v in obj.items()))
-    if is_namedtuple(obj):
-        return type(obj)(*(map_tensors(v, fn, device, numpy_too) for v in obj))
-    if isinstance(obj, (list, tuple)):
-        moved = [map_tensors(v, fn, device, numpy_too) for v in obj]
-        return tuple(moved) if isinstance(obj, tuple) else moved
-    if is_dataclass_instance(obj):
-        return dataclasses.replace(
-            obj, **{n: map_tensors(getattr(obj, n), fn, device, numpy_too) for n in dataclass_fields(obj)}
-        )
-    return obj
+
+    def leaf(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            return fn(x)
+        if numpy_too and isinstance(x, np.ndarray) and _numeric(x):
+            return fn(_from_numpy(x))
+        handler = get_handler(x)
+        return x if handler is None else handler.to(x, device)
+
+    return map_structure(obj, leaf, is_leaf=is_registered)

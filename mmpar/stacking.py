@@ -9,13 +9,18 @@ from typing import List, Optional, Sequence, Tuple, Union
 import torch
 import torch.utils.data
 
-__all__ = ["padded_shape", "pad_stack", "empty_shared", "empty_large"]
+__all__ = ["round_up", "padded_shape", "pad_stack", "empty_shared", "empty_large"]
 
 #: Batches of at least this many bytes are allocated in transparent huge pages.
 HUGE_PAGE_MIN_BYTES = 8 << 20
 _HUGE_PAGES = hasattr(mmap, "MADV_HUGEPAGE") and hasattr(mmap, "MAP_ANONYMOUS")
 
 Number = Union[int, float]
+
+
+def round_up(size: int, divisor: Optional[int]) -> int:
+    """``size`` rounded up to a multiple of ``divisor`` (``size`` itself when None)."""
+    return size if divisor is None else -(-size // divisor) * divisor
 
 
 def padded_shape(
@@ -37,10 +42,7 @@ def padded_shape(
     lead = first[: len(first) - k]
     padded = []
     for d in range(len(first) - k, len(first)):
-        size = max(s[d] for s in shapes)
-        if size_divisor is not None:
-            size = int(math.ceil(size / size_divisor)) * size_divisor
-        padded.append(size)
+        padded.append(round_up(max(s[d] for s in shapes), size_divisor))
     return lead + tuple(padded)
 
 

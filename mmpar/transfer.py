@@ -16,9 +16,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from ._structures import map_structure
-from .type_handlers import get_handler
+from .type_handlers import get_handler, is_registered
 
-__all__ = ["PACK_LIMIT", "pack", "unpack", "to_device_batched", "pin_memory"]
+__all__ = ["PACK_LIMIT", "move", "pack", "unpack", "to_device_batched", "pin_memory"]
 
 #: Tensors of at most this many bytes travel packed into one copy per device.
 PACK_LIMIT = 1 << 20
@@ -88,7 +88,7 @@ def to_device_batched(
         The moved tensors, in order.
     """
     if device.type != "cuda":
-        return [_cast(t.to(device), dtype) for t in tensors]
+        return [move(t, device, dtype) for t in tensors]
     out: List[Optional[torch.Tensor]] = [None] * len(tensors)
     # Packing copies bytes and so detaches: tensors that carry autograd history
     # (a data_parallel input requiring grad) travel by ``.to`` like large ones.
@@ -125,6 +125,12 @@ def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
+def move(t: torch.Tensor, device: torch.device, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """``t`` on ``device``, floating-point tensors cast to ``dtype``; ``t`` itself
+    when nothing changes. One tensor, one ordinary copy: for CPU targets."""
+    return _cast(t.to(device), dtype)
+
+
 def _cast(t: torch.Tensor, dtype: Optional[torch.dtype]) -> torch.Tensor:
     if dtype is not None and t.is_floating_point():
         return t.to(dtype)
@@ -138,11 +144,7 @@ def pin_memory(data: Any) -> Any:
     DataContainers pin their own data (``cpu_only`` ones are left alone); other
     objects are returned as they are.
     """
-    return map_structure(data, _pin_leaf, is_leaf=_is_registered)
-
-
-def _is_registered(obj: Any) -> bool:
-    return get_handler(obj) is not None
+    return map_structure(data, _pin_leaf, is_leaf=is_registered)
 
 
 def _pin_leaf(obj: Any) -> Any:

@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Type
 
 import torch
 
-__all__ = ["TypeHandler", "register_type", "unregister_type", "get_handler"]
+__all__ = ["TypeHandler", "register_type", "unregister_type", "get_handler", "is_registered"]
 
 
 def _no_pin(obj: Any) -> Any:
@@ -114,3 +114,8 @@ def get_handler(obj: Any) -> Optional[TypeHandler]:
         if handler is not None:
             return handler
     return None
+
+
+def is_registered(obj: Any) -> bool:
+    """Whether ``obj``'s type (or a base class) has a handler."""
+    return get_handler(obj) is not None

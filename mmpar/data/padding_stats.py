@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from mmpar.data_container import DataContainer
+from mmpar.stacking import round_up
 
 __all__ = ["PaddingStats", "padding_counts", "padding_ratio", "loader_padding_ratio"]
 
@@ -64,8 +65,7 @@ def _is_int_at_least(value: Any, minimum: int) -> bool:
 
 
 def _round_up(size: float, divisor: Optional[int]) -> int:
-    size = int(math.ceil(size))
-    return size if divisor is None else -(-size // divisor) * divisor
+    return round_up(int(math.ceil(size)), divisor)  # sizes may be fractional estimates
 
 
 def _counts_from_sizes(

@@ -7,13 +7,14 @@ columns ``a..b`` inclusive has ``x1 = a`` and ``x2 = b + 1``.
 """
 from __future__ import annotations
 
-import math
 import random
 from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from mmpar.stacking import round_up
 
 from ..registry import TRANSFORMS
 from ._fields import array_to_tensor, bbox_fields, img_fields, seg_fields
@@ -298,8 +299,7 @@ class Pad:
             if h > self.size[0] or w > self.size[1]:
                 raise ValueError(f"Pad: the image is (h, w) = {(h, w)}, larger than size={self.size}")
             return self.size
-        d = self.size_divisor
-        return int(math.ceil(h / d)) * d, int(math.ceil(w / d)) * d  # type: ignore[operator]
+        return round_up(h, self.size_divisor), round_up(w, self.size_divisor)
 
     def __call__(self, results: dict) -> dict:
         h, w = _image_shape(results, "Pad")[:2]
