@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import gc
 import os
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
@@ -26,6 +27,7 @@ __all__ = [
     "all_gather_object_list",
     "barrier",
     "collect_results",
+    "destroy_dist",
     "expand_slurm_nodelist",
     "get_dist_info",
     "init_dist",
@@ -262,6 +264,22 @@ def barrier() -> None:
     """Wait for every rank; a no-op without a process group."""
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
+
+
+def destroy_dist() -> None:
+    """Leave the process group cleanly; a no-op without one.
+
+    Drop your references to DDP wrappers first. A wrapper caught in a reference
+    cycle still holds the group until the garbage collector runs, and with gloo
+    destroying a group under a live reducer can abort the process at exit
+    ("terminate called without an active exception"): so collect garbage, wait
+    for every rank, then destroy the group.
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    gc.collect()
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 # --------------------------------------------------------------------------- #

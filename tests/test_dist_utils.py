@@ -562,3 +562,22 @@ def test_run_workers_timeout_kills_everything(tmp_path: Path) -> None:
     assert len(pids) == 2
     assert not any(_alive(pid) for pid in pids)
     assert multiprocessing.active_children() == []
+
+
+def _ddp_in_a_cycle_then_destroy(rank: int, world_size: int) -> list:
+    from torch.nn.parallel import DistributedDataParallel
+
+    from mmpar.dist_utils import destroy_dist
+
+    model = DistributedDataParallel(torch.nn.Linear(2, 2))
+    model(torch.ones(3, 2)).sum().backward()
+    model.self_ref = [model]  # a cycle: only the garbage collector frees it
+    del model
+    destroy_dist()
+    destroy_dist()  # a second call is a no-op
+    return [dist.is_initialized()]
+
+
+@pytest.mark.slow
+def test_destroy_dist_frees_wrappers_in_cycles_and_leaves_the_group() -> None:
+    assert run_workers(_ddp_in_a_cycle_then_destroy, 2, timeout=60) == [[False], [False]]

@@ -26,10 +26,9 @@ except ImportError:  # a source checkout that is not pip-installed
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
-import torch.distributed as dist
 
 from mmpar.data.builder import build_dataloader
-from mmpar.dist_utils import get_dist_info
+from mmpar.dist_utils import destroy_dist, get_dist_info
 from mmpar.models.builder import build_dataset, build_model
 from mmpar.runner.checkpoint import load_checkpoint
 from mmpar.runner.cli import (add_cfg_options, add_launcher_args, check_choices, fail, load_config,
@@ -109,8 +108,7 @@ def main(argv=None) -> int:
             target.write_text(json.dumps(record, indent=2, default=float) + "\n")
             print(f"metrics written to {target}", flush=True)
     del model  # free DDP (its reducer holds the group) before the group goes
-    if distributed:
-        dist.destroy_process_group()
+    destroy_dist()
     return 0
 
 

@@ -25,9 +25,8 @@ except ImportError:  # a source checkout that is not pip-installed
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
-from mmpar.dist_utils import get_dist_info, sync_random_seed
+from mmpar.dist_utils import destroy_dist, get_dist_info, sync_random_seed
 from mmpar.models.builder import build_dataset, build_model
 from mmpar.runner.apis import train_model
 from mmpar.runner.checkpoint import find_latest_checkpoint
@@ -118,8 +117,7 @@ def main(argv=None) -> int:
         after = "n/a" if metrics["after"] is None else f"{metrics['after']['mAP']:.4f}"
         summary += f"; mAP@0.5 before training: {before}, after: {after}"
     logger.info(summary)
-    if distributed:
-        dist.destroy_process_group()
+    destroy_dist()
     return 0
 
 

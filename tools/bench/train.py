@@ -36,7 +36,7 @@ def _worker(config: str, warmup: int, iters: int, launcher: str) -> None:
 
     from mmpar.config import Config
     from mmpar.data.builder import build_dataloader, set_loader_epoch
-    from mmpar.dist_utils import get_dist_info, init_dist
+    from mmpar.dist_utils import destroy_dist, get_dist_info, init_dist
     from mmpar.models.builder import build_dataset, build_model, build_optimizer
     from mmpar.runner.launch import wrap_model
     from mmpar.runner.rng import set_random_seed
@@ -73,10 +73,8 @@ def _worker(config: str, warmup: int, iters: int, launcher: str) -> None:
     elapsed = time.perf_counter() - started
     if rank == 0:
         print(json.dumps(dict(images=images, seconds=elapsed)), flush=True)
-    # Free DDP (its reducer holds the group) before the group goes, else exit may abort.
-    del model, optimizer, out
-    if distributed:
-        dist.destroy_process_group()
+    del model, optimizer, out, data, loader  # DDP's reducer holds the group
+    destroy_dist()
 
 
 def _free_port() -> int:
