@@ -1,0 +1,34 @@
+"""tools/benchmark.py as a user runs it: sections found, run in quick mode, Markdown out."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "benchmark.py"), *args],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )
+
+
+@pytest.mark.slow
+def test_quick_collate_and_loader_sections_print_their_tables() -> None:
+    proc = _run("--quick", "collate", "loader")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    assert "## Collate: padded stacking" in out and "## Detection loader throughput" in out
+    for row in ("| float32 |", "| uint8 |", "| random batching |", "| size-aware grouping |"):
+        assert row in out
+    assert out.count("target >=") == 2 and "images/s" in out
+
+
+def test_unknown_section_is_a_usage_error_listing_the_sections() -> None:
+    proc = _run("nonsense")
+    assert proc.returncode == 2
+    assert "unknown section(s) ['nonsense']" in proc.stderr and "'collate'" in proc.stderr
