@@ -1,9 +1,11 @@
 """A training run killed with SIGKILL at any moment leaves a loadable latest checkpoint,
 and ``--auto-resume`` from it ends with the parameters of an uninterrupted run.
 
-Runs ``tools/train.py`` on the tiny config as subprocesses; one kill lands while
-a checkpoint is being written (right after its temporary file appears), the
-others at fixed delays after training started writing checkpoints.
+Runs ``tools/train.py`` on the tiny config as subprocesses. Three kills land at
+chosen points, deterministically: halfway through writing checkpoint 2 and
+checkpoint 5, and right after checkpoint 3 (the run kills itself there, through
+``tests/scripts/train_killed_at_save.py``); a fourth lands wherever the run is
+0.2 s after its first checkpoint.
 """
 from __future__ import annotations
 
@@ -47,32 +49,33 @@ def _temp_files(work_dir: Path, pattern: str = ".*.tmp") -> List[Path]:
     return list(work_dir.glob(pattern)) if work_dir.is_dir() else []
 
 
-def train_and_kill(work_dir: Path, save_epoch: Optional[int], delay: float) -> Optional[str]:
-    """Start a run and SIGKILL it: as soon as the temporary file of checkpoint
-    ``epoch_<save_epoch>.pth`` appears, or (``save_epoch=None``) ``delay`` s after
-    the first checkpoint exists.
+def train_and_kill(work_dir: Path, mode: str, nth_save: int) -> None:
+    """Run training and SIGKILL it inside (``mode="during"``) or right after
+    (``"after"``) its ``nth_save``-th checkpoint save, deterministically: the run
+    goes through ``tests/scripts/train_killed_at_save.py``, which kills its own
+    process at that point."""
+    script = ROOT / "tests" / "scripts" / "train_killed_at_save.py"
+    cmd = [sys.executable, str(script), mode, str(nth_save), *_command(work_dir)[2:]]
+    proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    assert proc.returncode == -signal.SIGKILL, f"expected death by SIGKILL, got {proc.returncode}: {proc.stderr[-2000:]}"
 
-    Returns:
-        Where the kill landed (``"during save"``, ``"between saves"``), or None when
-        the run finished first.
-    """
+
+def train_and_kill_after(work_dir: Path, delay: float) -> None:
+    """Run training and SIGKILL it ``delay`` seconds after its first checkpoint
+    exists, wherever it then is (a save, a step, data loading)."""
     proc = subprocess.Popen(_command(work_dir), cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + RUN_TIMEOUT
     first_ckpt: Optional[float] = None
     try:
         while proc.poll() is None and time.monotonic() < deadline:
-            if save_epoch is not None and _temp_files(work_dir, f".epoch_{save_epoch}.pth.*.tmp"):
-                proc.send_signal(signal.SIGKILL)
-                return "during save"
             if first_ckpt is None and (work_dir / "epoch_1.pth").exists():
                 first_ckpt = time.monotonic()
-            if save_epoch is None and first_ckpt is not None and time.monotonic() - first_ckpt >= delay:
+            if first_ckpt is not None and time.monotonic() - first_ckpt >= delay:
                 proc.send_signal(signal.SIGKILL)
-                return "during save" if _temp_files(work_dir) else "between saves"
-            time.sleep(0.0005)
+                return
+            time.sleep(0.005)
         assert proc.poll() is not None, "training did not finish in time"
-        return None
     finally:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -94,19 +97,26 @@ def test_sigkill_at_any_moment_leaves_a_loadable_checkpoint_and_resume_matches(t
     reference = tmp_path / "reference"
     train(reference)
     expected = final_weights(reference)
-    landed = []
-    for trial, (save_epoch, delay) in enumerate([(2, 0.0), (5, 0.0), (None, 0.1), (None, 0.3)]):
+    kills = [  # where the kill lands, how, and the latest checkpoint it must leave (None: any)
+        ("inside save 2", lambda d: train_and_kill(d, "during", 2), "epoch_1.pth"),
+        ("inside save 5", lambda d: train_and_kill(d, "during", 5), "epoch_4.pth"),
+        # epoch_3.pth is whole, but latest.pth has not moved to it yet
+        ("right after save 3", lambda d: train_and_kill(d, "after", 3), "epoch_2.pth"),
+        ("0.2 s after the first save", lambda d: train_and_kill_after(d, 0.2), None),
+    ]
+    for trial, (where, kill, expected_latest) in enumerate(kills):
         work_dir = tmp_path / f"killed{trial}"
-        landed.append(train_and_kill(work_dir, save_epoch, delay))
+        kill(work_dir)
         latest = find_latest_checkpoint(work_dir)
         for path in sorted(work_dir.glob("epoch_*.pth")) + ([latest] if latest else []):
             checkpoint = torch.load(path, map_location="cpu", weights_only=True)  # never truncated
             assert set(checkpoint) >= {"meta", "state_dict", "optimizer"}, path
-        print(f"trial {trial}: killed {landed[-1]}, latest checkpoint {latest and latest.resolve().name}, "
-              f"temporary files left {[p.name for p in _temp_files(work_dir)]}")
+        if expected_latest is not None:
+            assert latest is not None and latest.resolve().name == expected_latest, (where, latest)
+        if where.startswith("inside"):
+            assert _temp_files(work_dir), "the kill should have left the half-written temporary file"
         train(work_dir, "--auto-resume")
         got = final_weights(work_dir)
         assert got.keys() == expected.keys()
         for key in expected:
-            assert torch.equal(got[key], expected[key]), f"trial {trial} ({landed[-1]}): {key} differs"
-    assert landed.count("during save") >= 2 and "between saves" in landed, landed
+            assert torch.equal(got[key], expected[key]), f"trial {trial} ({where}): {key} differs"
