@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Any, List, Mapping, Sequence
 
+import numpy as np
+
 __all__ = ["ConfigDict", "DELETE_KEY", "merge_dicts", "set_by_path", "to_plain"]
 
 #: A dict holding ``_delete_=True`` replaces the dict it is merged onto instead of merging.
@@ -10,7 +12,10 @@ DELETE_KEY = "_delete_"
 
 
 def _convert(value: Any) -> Any:
-    """``value`` with every nested dict turned into a ConfigDict."""
+    """``value`` with every nested dict turned into a ConfigDict and numpy scalars
+    into Python ones (so a config dumps, reloads and pickles as plain data)."""
+    if isinstance(value, np.generic):
+        return value.item()
     if isinstance(value, dict) and not isinstance(value, ConfigDict):
         return ConfigDict(value)
     if type(value) in (list, tuple):

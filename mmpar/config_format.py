@@ -100,7 +100,8 @@ def check_dumpable(cfg: Mapping[str, Any], for_json: bool) -> None:
 
 
 def _check_value(value: Any, path: str, for_json: bool) -> None:
-    if isinstance(value, _SCALARS) or (isinstance(value, bytes) and not for_json):
+    # Exact types: a subclass (an IntEnum, a numpy float) would not read back as itself.
+    if type(value) in _SCALARS or (type(value) is bytes and not for_json):
         return
     if isinstance(value, dict):
         for k, v in value.items():

@@ -558,3 +558,31 @@ def test_parse_option_value_splits_bare_comma_lists(items: list) -> None:
     assert parse_option_value(text) == items
     assert parse_option_value(f"[{text}]") == items
     assert parse_option_value(f"({text})") == tuple(items)
+
+
+def test_numpy_scalars_become_python_scalars_so_configs_dump_and_checkpoint(tmp_path) -> None:
+    path = tmp_path / "np_cfg.py"
+    path.write_text("import numpy as np\nscale = np.float64(0.5)\nsteps = [np.int64(3), 4]\nflag = np.bool_(True)\n")
+    cfg = Config.fromfile(str(path))
+    assert type(cfg.scale) is float and type(cfg.steps[0]) is int and type(cfg.flag) is bool
+    cfg.dump(str(tmp_path / "dumped.py"))
+    assert Config.fromfile(str(tmp_path / "dumped.py")).to_dict() == cfg.to_dict()
+    import io
+
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save({"config_dict": cfg.to_dict()}, buffer)
+    buffer.seek(0)
+    assert torch.load(buffer, weights_only=True)["config_dict"]["scale"] == 0.5
+
+
+def test_dump_refuses_scalar_subclasses_that_would_not_read_back(tmp_path) -> None:
+    import enum
+
+    class Color(enum.IntEnum):
+        RED = 1
+
+    cfg = Config(dict(color=Color.RED))
+    with pytest.raises(TypeError, match="color"):
+        cfg.dump(str(tmp_path / "x.py"))
