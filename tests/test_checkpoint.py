@@ -134,3 +134,9 @@ def test_load_errors_are_clear(tmp_path: Path) -> None:
         load_checkpoint(weights_only, nn.Linear(1, 1), torch.optim.SGD(nn.Linear(1, 1).parameters(), lr=0.1))
     with pytest.raises(TypeError, match="model must be an nn.Module"):
         save_checkpoint(tmp_path / "x.pth", "model")
+    whole = tmp_path / "whole.pth"
+    save_checkpoint(whole, nn.Linear(2, 2))
+    truncated = tmp_path / "truncated.pth"
+    truncated.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+    with pytest.raises(ValueError, match="truncated.pth.*corrupt"):
+        load_checkpoint(truncated)

@@ -156,6 +156,13 @@ def test_missing_resume_checkpoint_fails_clearly(tmp_path: Path) -> None:
     assert proc.returncode != 0 and "nope.pth" in proc.stderr and "not found" in proc.stderr
 
 
+def test_corrupt_resume_checkpoint_fails_clearly(tmp_path: Path) -> None:
+    (tmp_path / "bad.pth").write_bytes(b"PK\x03\x04 not really a checkpoint")
+    proc = train(tmp_path, "--resume-from", str(tmp_path / "bad.pth"), check=False)
+    assert proc.returncode != 0 and "bad.pth" in proc.stderr and "corrupt" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 @pytest.mark.slow
 def test_torchrun_two_gloo_processes_train_and_test(trained: Path, tmp_path: Path) -> None:
     torchrun = ["-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}"]

@@ -29,7 +29,7 @@ import torch
 from mmpar.dist_utils import destroy_dist, get_dist_info, sync_random_seed
 from mmpar.models.builder import build_dataset, build_model
 from mmpar.runner.apis import train_model
-from mmpar.runner.checkpoint import find_latest_checkpoint
+from mmpar.runner.checkpoint import find_latest_checkpoint, load_checkpoint
 from mmpar.runner.cli import add_cfg_options, add_launcher_args, fail, load_config, resolve_work_dir, start_launcher
 from mmpar.runner.launch import scale_lr
 from mmpar.runner.logger import get_logger
@@ -54,7 +54,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def _checkpoint_seed(path: Path):
-    meta = torch.load(path, map_location="cpu", weights_only=True).get("meta", {})
+    try:
+        meta = load_checkpoint(path).get("meta", {})
+    except (FileNotFoundError, ValueError) as exc:
+        fail(str(exc))
     return meta.get("seed")
 
 

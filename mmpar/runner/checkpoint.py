@@ -168,6 +168,8 @@ def load_checkpoint(
             f"checkpoint {str(file)!r}: not loadable with weights_only=True (it holds objects other than "
             f"tensors and plain values, or is not a checkpoint): {str(exc).splitlines()[-1]}"
         ) from None
+    except (RuntimeError, EOFError) as exc:  # a truncated or corrupt zip archive
+        raise ValueError(f"checkpoint {str(file)!r}: unreadable, truncated or corrupt ({exc})") from None
     if not isinstance(checkpoint, dict):
         raise ValueError(f"checkpoint {str(file)!r}: expected a dict, got {type(checkpoint).__name__}")
     if model is not None:
