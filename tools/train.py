@@ -17,6 +17,7 @@ import platform
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 try:
     import mmpar  # noqa: F401
@@ -53,29 +54,27 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _checkpoint_seed(path: Path):
-    try:
-        meta = load_checkpoint(path).get("meta", {})
-    except (FileNotFoundError, ValueError) as exc:
-        fail(str(exc))
-    return meta.get("seed")
-
-
-def _resolve_resume(args: argparse.Namespace, cfg, work_dir: Path) -> None:
+def _resolve_resume(args: argparse.Namespace, cfg, work_dir: Path) -> Optional[dict]:
+    """Set ``cfg.resume_from``; return the checkpoint's meta (read once, up front,
+    so that a missing or corrupt checkpoint is a clear error before any work)."""
     if args.resume_from:
         cfg["resume_from"] = args.resume_from
     elif args.auto_resume:
         latest = find_latest_checkpoint(work_dir)
         cfg["resume_from"] = str(latest) if latest is not None else None
     resume = cfg.get("resume_from")
-    if resume and not Path(resume).is_file():
-        fail(f"--resume-from: checkpoint {resume!r} not found")
+    if not resume:
+        return None
+    try:
+        return load_checkpoint(resume).get("meta", {})
+    except (FileNotFoundError, ValueError) as exc:
+        fail(f"--resume-from: {exc}")
 
 
-def _resolve_seed(args: argparse.Namespace, cfg) -> int:
+def _resolve_seed(args: argparse.Namespace, cfg, resume_meta: Optional[dict]) -> int:
     seed = args.seed if args.seed is not None else cfg.get("seed")
-    if seed is None and cfg.get("resume_from"):
-        seed = _checkpoint_seed(Path(cfg.resume_from))
+    if seed is None and resume_meta:
+        seed = resume_meta.get("seed")
     return sync_random_seed(seed)  # a random one when still None; the same on every rank
 
 
@@ -83,7 +82,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     cfg = load_config(args.config, args.cfg_options)
     work_dir = resolve_work_dir(args.work_dir, cfg, args.config)
-    _resolve_resume(args, cfg, work_dir)
+    resume_meta = _resolve_resume(args, cfg, work_dir)
     distributed = start_launcher(args.launcher, args.local_rank, cfg)
     rank, world_size = get_dist_info()
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -97,7 +96,7 @@ def main(argv=None) -> int:
     logger.info(f"python {platform.python_version()}, torch {torch.__version__}, numpy {np.__version__}, "
                 f"CUDA {'available' if torch.cuda.is_available() else 'not available'}, "
                 f"{world_size} process(es), launcher {args.launcher}")
-    seed = _resolve_seed(args, cfg)
+    seed = _resolve_seed(args, cfg, resume_meta)
     deterministic = bool(args.deterministic or cfg.get("deterministic"))
     cfg["seed"], cfg["deterministic"] = seed, deterministic
     set_random_seed(seed, deterministic)
