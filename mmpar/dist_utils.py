@@ -27,6 +27,7 @@ __all__ = [
     "all_gather_object_list",
     "barrier",
     "collect_results",
+    "collective_device",
     "destroy_dist",
     "expand_slurm_nodelist",
     "get_dist_info",
@@ -285,7 +286,7 @@ def destroy_dist() -> None:
 # --------------------------------------------------------------------------- #
 # Sharing values
 # --------------------------------------------------------------------------- #
-def _collective_device() -> torch.device:
+def collective_device() -> torch.device:
     """Device that tensors of a collective must live on for the current backend."""
     if dist.get_backend() == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
@@ -321,6 +322,6 @@ def sync_random_seed(seed: Optional[int] = None) -> int:
         seed = int(np.random.randint(2**31))
     if not (dist.is_available() and dist.is_initialized()):
         return seed
-    value = torch.tensor(seed if dist.get_rank() == 0 else 0, dtype=torch.int64, device=_collective_device())
+    value = torch.tensor(seed if dist.get_rank() == 0 else 0, dtype=torch.int64, device=collective_device())
     dist.broadcast(value, src=0)
     return int(value.item())

@@ -111,3 +111,19 @@ def test_ap_bounds_and_low_scored_false_positives_change_nothing(gts, noise, sco
     assert mean_ap > 0
     far = dets(*[b + [s] for b, s in zip(candidates, scores)], [200, 200, 210, 210, 0.1])
     assert eval_map([[far]], annotations)[0] == pytest.approx(mean_ap)
+
+
+def test_a_detection_whose_best_ground_truth_is_taken_is_a_false_positive() -> None:
+    # VOC rule: each detection is compared with its highest-IoU ground truth only;
+    # if that one is already matched, the detection is a false positive, even when
+    # another ground truth (here B, IoU 0.9) is still free.
+    gts = dict(bboxes=np.array([[0, 0, 10, 10], [0, 0, 10, 9]], np.float32), labels=np.array([0, 0]))
+    dets = [[np.array([[0, 0, 10, 10, 0.9], [0, 0, 10, 10, 0.8]], np.float32)]]
+    mean, per_class = eval_map(dets, [gts])
+    assert mean == pytest.approx(0.5)
+
+
+def test_labels_outside_the_classes_are_an_error() -> None:
+    gts = dict(bboxes=np.zeros((1, 4), np.float32), labels=np.array([3]))
+    with pytest.raises(ValueError, match=r"annotations\[0\]: labels \[3\] outside the 2 classes"):
+        eval_map([[np.zeros((0, 5)), np.zeros((0, 5))]], [gts])

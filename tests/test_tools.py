@@ -124,7 +124,16 @@ def test_cfg_options_override_and_syncbn_is_converted(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.glob("epoch_*.pth")) == ["epoch_1.pth"]
     dumped = (tmp_path / "tiny_det_synthetic.py").read_text()
     assert "type='SyncBN'" in dumped and "lr=0.001" in dumped
-    assert json_records(tmp_path)[1]["lr"] <= 0.001
+    # Every logged lr is the schedule of the overridden base lr (0.003 would give 3x these).
+    from mmpar.runner.lr_schedule import check_lr_config, scheduled_lr
+
+    schedule = check_lr_config(dict(policy="step", step=[7], gamma=0.1, warmup="linear", warmup_iters=16,
+                                    warmup_ratio=0.1))
+    records = [r for r in json_records(tmp_path) if r.get("mode") == "train"]
+    assert records
+    for r in records:
+        expected = scheduled_lr(0.001, schedule, r["epoch"] - 1, r["iter"] - 1, len(records))
+        assert r["lr"] == pytest.approx(expected, rel=0.01)  # the log keeps 3 significant digits
 
 
 def test_auto_scale_lr(tmp_path: Path) -> None:
@@ -220,3 +229,8 @@ def test_train_benchmark_section_quick() -> None:
     assert "| 1 process (MMDataParallel, CPU) |" in section
     assert "| 2 gloo processes (MMDistributedDataParallel, torchrun) |" in section
     assert "- target: 2 gloo processes" in section and ("met (" in section or "not met (" in section)
+
+
+def test_log_interval_below_one_is_a_clear_error(tmp_path: Path) -> None:
+    proc = train(tmp_path, options=TINY + ["log_config.interval=0"], check=False)
+    assert proc.returncode != 0 and "log_config.interval" in proc.stderr

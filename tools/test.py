@@ -68,6 +68,19 @@ def save_results(results: list, path: Path) -> None:
             pickle.dump(results, f)
 
 
+def _json_safe(value):
+    """``value`` as strict JSON allows: NaN (the AP of a class without ground truth) becomes null."""
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if hasattr(value, "item"):  # numpy scalars
+        value = value.item()
+    if isinstance(value, float) and value != value:
+        return None
+    return value
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     metrics_wanted = (args.eval or list(METRICS)) if args.eval is not None else []
@@ -105,7 +118,7 @@ def main(argv=None) -> int:
                 target = work_dir / f"eval_{time.strftime('%Y%m%d_%H%M%S')}.json"
             target.parent.mkdir(parents=True, exist_ok=True)
             record = dict(config=args.config, checkpoint=args.checkpoint, num_images=len(results), **metrics)
-            target.write_text(json.dumps(record, indent=2, default=float) + "\n")
+            target.write_text(json.dumps(_json_safe(record), indent=2, allow_nan=False) + "\n")
             print(f"metrics written to {target}", flush=True)
     del model  # free DDP (its reducer holds the group) before the group goes
     destroy_dist()

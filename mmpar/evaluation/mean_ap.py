@@ -70,10 +70,18 @@ def _check_inputs(det_results: Sequence[Any], annotations: Sequence[Mapping[str,
     num_classes = {len(per_image) for per_image in det_results}
     if len(num_classes) > 1:
         raise ValueError(f"eval_map: det_results hold different numbers of classes per image: {sorted(num_classes)}")
+    count = num_classes.pop() if num_classes else 0
     for i, ann in enumerate(annotations):
         if not isinstance(ann, Mapping) or "bboxes" not in ann or "labels" not in ann:
             raise ValueError(f"annotations[{i}]: expected a dict with 'bboxes' (K, 4) and 'labels' (K,)")
-    return num_classes.pop() if num_classes else 0
+        labels = np.asarray(ann["labels"]).reshape(-1)
+        bad = labels[(labels < 0) | (labels >= count)]
+        if bad.size and det_results:
+            # A ground truth no class can match would silently drop out of the recall.
+            raise ValueError(
+                f"annotations[{i}]: labels {sorted(set(bad.tolist()))} outside the {count} classes of det_results"
+            )
+    return count
 
 
 def _dets_of_class(det_results: Sequence[Any], c: int) -> Tuple[np.ndarray, np.ndarray]:

@@ -139,6 +139,8 @@ def train_model(
     ckpt_interval = int(_get(_get(cfg, "checkpoint_config", {}), "interval", 1))
     eval_interval = int(_get(eval_cfg, "interval", 0))
     log_interval = int(_get(_get(cfg, "log_config", {}), "interval", 10))
+    if log_interval < 1:
+        raise ValueError(f"log_config.interval: expected an int >= 1 (iterations between log lines), got {log_interval}")
     grad_clip = _get(_get(cfg, "optimizer_config", {}), "grad_clip", None)
     logger.info(f"start training: epochs {state.epoch + 1}..{state.max_epochs}, {state.iters_per_epoch} iterations each, "
                 f"work_dir {work_dir}")

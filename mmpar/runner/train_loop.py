@@ -13,6 +13,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from mmpar.data.builder import set_loader_epoch
+from mmpar.dist_utils import collective_device
 
 from .logger import JsonLogWriter, format_train_line
 from .lr_schedule import scheduled_lr, set_lr
@@ -54,11 +55,8 @@ class _Meter:
         """Means over this interval, averaged over the ranks of a process group too."""
         names = list(self.sums)
         values = torch.tensor([self.sums[k] for k in names] + [float(self.samples)], dtype=torch.float64)
-        if dist.is_available() and dist.is_initialized() and dist.get_backend() == "gloo":
-            dist.all_reduce(values)
-        elif dist.is_available() and dist.is_initialized():
-            device = torch.device("cuda", torch.cuda.current_device())
-            reduced = values.to(device)
+        if dist.is_available() and dist.is_initialized():
+            reduced = values.to(collective_device())
             dist.all_reduce(reduced)
             values = reduced.cpu()
         total = max(float(values[-1]), 1.0)
@@ -101,8 +99,7 @@ def train_one_epoch(
     model.train()
     set_loader_epoch(data_loader, state.epoch)
     n = len(data_loader)
-    meter, started = _Meter(), time.perf_counter()
-    last = started
+    meter, last = _Meter(), time.perf_counter()
     for i, data in enumerate(data_loader):
         data_time = time.perf_counter() - last
         lr = scheduled_lr(base_lr, lr_config, state.epoch, state.iter, state.max_iters)
@@ -116,12 +113,12 @@ def train_one_epoch(
         meter.add(outputs.get("log_vars", {}), int(outputs.get("num_samples", 1)), now - last, data_time)
         last = now
         if (i + 1) % log_interval == 0 or i + 1 == n:
-            _log(meter, state, i + 1, n, lr, started, logger, json_log)
+            _log(meter, state, i + 1, n, lr, logger, json_log)
             meter = _Meter()
     state.epoch += 1
 
 
-def _log(meter: _Meter, state: TrainState, inner: int, n: int, lr: float, started: float,
+def _log(meter: _Meter, state: TrainState, inner: int, n: int, lr: float,
          logger: logging.Logger, json_log: Optional[JsonLogWriter]) -> None:
     log_vars = meter.means()
     iter_time = sum(meter.times) / len(meter.times)
