@@ -31,6 +31,18 @@ init_group=True, env=None) -> list``
     stuck in a collective is reported either as that rank's error (with the
     collective's traceback) or as ``TimeoutError``, whichever comes first.
 
+``run_launcher(cmd, timeout, **popen_kwargs) -> subprocess.CompletedProcess``
+    ``subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)``
+    for launchers such as ``python -m torch.distributed.run``: on the timeout
+    it stops the launcher and every process it started (see
+    :func:`stop_process_tree`), then re-raises ``subprocess.TimeoutExpired``.
+
+``stop_process_tree(proc, grace=10.0)``
+    torchrun starts each worker in a session of its own, so killing the
+    launcher's process group does not reach them. This sends SIGTERM to the
+    launcher (torchrun then stops its workers), waits up to ``grace`` seconds,
+    then SIGKILLs every process still descending from it.
+
 ``fn`` and ``args`` must be picklable: ``fn`` is a module-level function of an
 importable module (a test module is fine: the children get the parent's
 ``sys.path``). Workers are not daemonic, so ``fn`` may start DataLoader
@@ -52,7 +64,9 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import pickle
+import signal
 import socket
+import subprocess
 import time
 import traceback
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
@@ -228,3 +242,51 @@ def _collect(
             if not ok:
                 raise RuntimeError(f"run_workers: rank {rank} raised:\n{payload}")
             results[rank] = pickle.loads(payload)
+
+
+def _descendants(pid: int) -> List[int]:
+    """Every live process below ``pid``, from ``/proc`` (Linux)."""
+    children: Dict[int, List[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def stop_process_tree(proc: "subprocess.Popen", grace: float = 10.0) -> None:
+    """Stop ``proc`` and everything it started, then reap ``proc`` (see the module docstring)."""
+    tree = _descendants(proc.pid)
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+    for pid in [proc.pid] + tree + _descendants(proc.pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    proc.wait()
+
+
+def run_launcher(cmd: List[str], timeout: float, **popen_kwargs: Any) -> "subprocess.CompletedProcess":
+    """``subprocess.run`` for launchers; on the timeout nothing it started is left running."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen_kwargs)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        stop_process_tree(proc)
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)

@@ -581,3 +581,32 @@ def _ddp_in_a_cycle_then_destroy(rank: int, world_size: int) -> list:
 @pytest.mark.slow
 def test_destroy_dist_frees_wrappers_in_cycles_and_leaves_the_group() -> None:
     assert run_workers(_ddp_in_a_cycle_then_destroy, 2, timeout=60) == [[False], [False]]
+
+
+_LAUNCHER = """
+import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+open(sys.argv[1], "w").write(str(child.pid))
+time.sleep(120)
+"""
+
+
+def test_run_launcher_timeout_stops_workers_in_their_own_sessions(tmp_path) -> None:
+    from tests._dist_helpers import run_launcher
+
+    pid_file = tmp_path / "worker.pid"
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_launcher([sys.executable, "-c", _LAUNCHER, str(pid_file)], timeout=3)
+    worker = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _alive(worker):
+        time.sleep(0.05)
+    assert not _alive(worker), "the launcher's worker (own session, like torchrun's) survived"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -4,7 +4,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Dict, Iterator, List
@@ -19,7 +18,7 @@ from mmpar.data_container import DataContainer
 from mmpar.data_parallel import MMDataParallel
 from mmpar.distributed import MMDistributedDataParallel, params_without_grad
 from mmpar.scatter_gather import to_device
-from tests._dist_helpers import free_port, run_workers
+from tests._dist_helpers import free_port, run_launcher, run_workers
 
 ROOT = Path(__file__).resolve().parents[1]
 LR = 0.1
@@ -282,7 +281,7 @@ def test_torchrun_script_trains_in_lockstep() -> None:
         sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
         f"--master_port={free_port()}", str(ROOT / "tests" / "scripts" / "ddp_train_steps.py"), "--steps", "3",
     ]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    proc = run_launcher(cmd, timeout=120, cwd=ROOT, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = sorted(re.findall(r"rank (\d)/2: steps=3 forward_calls=(\d+) params_equal=(\w+)", proc.stdout))
     assert lines == [("0", "3", "True"), ("1", "3", "True")], proc.stdout + proc.stderr

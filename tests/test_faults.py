@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import pytest
-from tests._dist_helpers import free_port
+from tests._dist_helpers import free_port, stop_process_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = str(ROOT / "tests" / "scripts" / "fault_train.py")
@@ -34,12 +34,13 @@ def _env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL the process's whole session (a SIGSTOPped rank included) and reap it."""
+    """SIGKILL the process's whole session and every process it started (torchrun's
+    workers live in sessions of their own; a SIGSTOPped rank included), and reap it."""
+    stop_process_tree(proc, grace=0.0)  # first: it finds the workers through their parent
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    proc.wait()
 
 
 def _communicate(proc: subprocess.Popen, timeout: float) -> Tuple[int, str]:

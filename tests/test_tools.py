@@ -14,7 +14,7 @@ import torch
 
 from mmpar.runner.launch import scale_lr
 from mmpar.runner.lr_schedule import check_lr_config, scheduled_lr
-from tests._dist_helpers import free_port
+from tests._dist_helpers import free_port, run_launcher
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = str(ROOT / "configs" / "tiny_det" / "tiny_det_synthetic.py")
@@ -28,7 +28,7 @@ TINY = [
 
 def run_tool(args: List[str], check: bool = True, env: Optional[dict] = None) -> subprocess.CompletedProcess:
     full_env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", **(env or {}))
-    proc = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT, env=full_env)
+    proc = run_launcher([sys.executable, *args], timeout=TIMEOUT, cwd=ROOT, env=full_env)
     if check and proc.returncode != 0:
         raise AssertionError(f"{args} exited {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}")
     return proc
