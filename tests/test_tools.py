@@ -196,6 +196,29 @@ def test_torchrun_two_gloo_processes_train_and_test(trained: Path, tmp_path: Pat
             assert torch.allclose(dets_dist, torch.tensor(cls_single).reshape(-1, 5), atol=1e-4)
 
 
+@pytest.mark.slow
+def test_torchrun_resume_restores_every_ranks_random_streams(tmp_path: Path) -> None:
+    # No DataLoader workers: each rank flips images with its own main-process
+    # stream (seeded seed + rank); resuming must give every rank its own stream back.
+    options = TINY + ["data.samples_per_gpu=4", "data.workers_per_gpu=0"]
+
+    def torchrun_train(work_dir: Path, *extra: str, epochs: int = 2) -> None:
+        run_tool(["-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
+                  "tools/train.py", CONFIG, "--work-dir", str(work_dir), "--seed", "5", "--no-validate",
+                  "--launcher", "pytorch", *extra, "--cfg-options", *options, f"runner.max_epochs={epochs}"])
+
+    torchrun_train(tmp_path / "whole")
+    torchrun_train(tmp_path / "split", epochs=1)
+    first = torch.load(tmp_path / "split" / "latest.pth", weights_only=True)
+    assert first["meta"]["epoch"] == 1 and len(first["rng_ranks"]) == 2
+    assert first["rng_ranks"][0]["python"] != first["rng_ranks"][1]["python"]
+    torchrun_train(tmp_path / "split", "--auto-resume")
+    assert torch.load(tmp_path / "split" / "latest.pth", weights_only=True)["meta"]["epoch"] == 2
+    whole = torch.load(tmp_path / "whole" / "latest.pth", weights_only=True)["state_dict"]
+    resumed = torch.load(tmp_path / "split" / "latest.pth", weights_only=True)["state_dict"]
+    assert all(torch.equal(whole[k], resumed[k]) for k in whole)
+
+
 def test_lr_schedule_step_warmup_and_cosine() -> None:
     cfg = check_lr_config(dict(policy="step", step=[2], gamma=0.1, warmup="linear", warmup_iters=10, warmup_ratio=0.1))
     assert scheduled_lr(1.0, cfg, epoch=0, iteration=0, max_iters=100) == pytest.approx(0.1)

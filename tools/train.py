@@ -99,8 +99,11 @@ def main(argv=None) -> int:
     seed = _resolve_seed(args, cfg, resume_meta)
     deterministic = bool(args.deterministic or cfg.get("deterministic"))
     cfg["seed"], cfg["deterministic"] = seed, deterministic
-    set_random_seed(seed, deterministic)
-    logger.info(f"seed {seed}, deterministic {deterministic}")
+    # Each rank draws its own augmentations in the main process (DataLoader workers
+    # are seeded from (seed, rank, epoch, worker) anyway); DDP gives every rank
+    # rank 0's initial weights.
+    set_random_seed(seed + rank, deterministic)
+    logger.info(f"seed {seed} (+ rank in each process), deterministic {deterministic}")
     logger.info(f"config {args.config}:\n{cfg.pretty_text}")
     if rank == 0:
         cfg.dump(work_dir / f"{Path(args.config).stem}.py")

@@ -4,13 +4,13 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Mapping, Optional
 
 import torch
 from torch import nn
 
 from mmpar.data.builder import build_dataloader
-from mmpar.dist_utils import barrier, get_dist_info
+from mmpar.dist_utils import all_gather_object_list, barrier, get_dist_info
 from mmpar.models.builder import build_optimizer
 
 from .checkpoint import load_checkpoint, save_checkpoint, update_latest
@@ -116,7 +116,7 @@ def train_model(
     if cfg.get("resume_from"):
         checkpoint = load_checkpoint(cfg.resume_from, model, optimizer)
         state.epoch, state.iter = int(checkpoint["meta"]["epoch"]), int(checkpoint["meta"]["iter"])
-        rng = checkpoint.get("rng")
+        rng = _own_rng_state(checkpoint)
         logger.info(f"resumed from {cfg.resume_from}: epoch {state.epoch}, iter {state.iter}")
     elif cfg.get("load_from"):
         load_checkpoint(cfg.load_from, model)
@@ -155,12 +155,24 @@ def train_model(
     return metrics
 
 
+def _own_rng_state(checkpoint: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
+    """This rank's saved random states: its entry of ``rng_ranks`` when the run had
+    as many processes as this one, else the ``rng`` of rank 0."""
+    rank, world_size = get_dist_info()
+    per_rank = checkpoint.get("rng_ranks")
+    if per_rank is not None and len(per_rank) == world_size:
+        return per_rank[rank]
+    return checkpoint.get("rng")
+
+
 def _save(work_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer, cfg: Any, state: TrainState,
           seed: Optional[int], logger: logging.Logger) -> None:
-    rng = get_rng_state()
-    if get_dist_info()[0] == 0:
+    rank, world_size = get_dist_info()
+    rng_ranks = all_gather_object_list(get_rng_state())  # every rank's streams, so each resumes its own
+    if rank == 0:
         path = work_dir / f"epoch_{state.epoch}.pth"
-        save_checkpoint(path, model, optimizer, _meta(cfg, state, seed), rng)
+        save_checkpoint(path, model, optimizer, _meta(cfg, state, seed), rng_ranks[0],
+                        rng_ranks if world_size > 1 else None)
         update_latest(path)
         logger.info(f"saved checkpoint {path}")
     barrier()

@@ -24,7 +24,7 @@ import shutil
 import tempfile
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Callable, Dict, Mapping, Optional, Union
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Union
 
 import torch
 from torch import nn
@@ -109,6 +109,7 @@ def save_checkpoint(
     optimizer: Optional[torch.optim.Optimizer] = None,
     meta: Optional[Mapping[str, Any]] = None,
     rng: Optional[Mapping[str, Any]] = None,
+    rng_ranks: Optional[Sequence[Mapping[str, Any]]] = None,
 ) -> None:
     """Save model, optimizer, meta data and random states atomically (see the module docstring).
 
@@ -117,7 +118,9 @@ def save_checkpoint(
         model: The model or its wrapper (the inner model's weights are saved).
         optimizer: Saved when given.
         meta: Plain values (``epoch``, ``iter``, ``seed``, ``config``...).
-        rng: From :func:`mmpar.runner.rng.get_rng_state`.
+        rng: From :func:`mmpar.runner.rng.get_rng_state` (this process's states).
+        rng_ranks: Every rank's states, indexed by rank, in a distributed run:
+            each rank resumes its own random streams.
 
     Raises:
         TypeError: ``model`` is not an ``nn.Module`` or ``meta`` is not a dict.
@@ -131,6 +134,8 @@ def save_checkpoint(
         checkpoint["optimizer"] = optimizer.state_dict()
     if rng is not None:
         checkpoint["rng"] = dict(rng)
+    if rng_ranks is not None:
+        checkpoint["rng_ranks"] = [dict(r) for r in rng_ranks]
     atomic_write(path, lambda f: torch.save(checkpoint, f))
 
 
