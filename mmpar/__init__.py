@@ -20,7 +20,7 @@ from .dist_utils import (
     master_only,
     sync_random_seed,
 )
-from .module_wrappers import MODULE_WRAPPERS, is_module_wrapper
+from .module_wrappers import MODULE_WRAPPERS, is_module_wrapper, unwrap_module
 from .parallel_apply import parallel_apply
 from .registry import Registry
 from .scatter_gather import gather, scatter, scatter_kwargs, to_device
@@ -90,4 +90,5 @@ __all__ = [
     "sync_random_seed",
     "to_device",
     "unregister_type",
+    "unwrap_module",
 ]

@@ -172,10 +172,8 @@ def params_without_grad(module: nn.Module) -> List[str]:
     Raises:
         TypeError: ``module`` is not an ``nn.Module``.
     """
-    from .module_wrappers import is_module_wrapper
+    from .module_wrappers import unwrap_module  # module_wrappers imports this module
 
     if not isinstance(module, nn.Module):
         raise TypeError(f"params_without_grad: module must be an nn.Module, got {type(module).__name__}")
-    while is_module_wrapper(module) and isinstance(getattr(module, "module", None), nn.Module):
-        module = module.module
-    return [name for name, p in module.named_parameters() if p.requires_grad and p.grad is None]
+    return [name for name, p in unwrap_module(module).named_parameters() if p.requires_grad and p.grad is None]

@@ -3,13 +3,14 @@ from __future__ import annotations
 
 from typing import Any, Tuple
 
+from torch import nn
 from torch.nn.parallel import DataParallel, DistributedDataParallel
 
 from .data_parallel import MMDataParallel
 from .distributed import MMDistributedDataParallel
 from .registry import Registry
 
-__all__ = ["MODULE_WRAPPERS", "is_module_wrapper"]
+__all__ = ["MODULE_WRAPPERS", "is_module_wrapper", "unwrap_module"]
 
 #: Classes whose instances wrap a model in ``.module``. Register your own wrapper
 #: here (or in a child registry: ``Registry("x", parent=MODULE_WRAPPERS, scope="x")``)
@@ -37,3 +38,10 @@ def is_module_wrapper(module: Any) -> bool:
         True for a wrapper, False otherwise (also for non-modules).
     """
     return isinstance(module, _wrapper_classes())
+
+
+def unwrap_module(module: Any) -> Any:
+    """The model inside any nesting of wrappers (``module.module`` ...), or ``module`` itself."""
+    while is_module_wrapper(module) and isinstance(getattr(module, "module", None), nn.Module):
+        module = module.module
+    return module

@@ -75,3 +75,13 @@ def test_registered_function_does_not_break_the_check() -> None:
     MODULE_WRAPPERS.register_module(name=f"fn_{uuid.uuid4().hex}", module=lambda m: m)
     assert not is_module_wrapper(nn.Linear(1, 1))
     assert is_module_wrapper(_bare(DataParallel))
+
+
+def test_unwrap_module_goes_through_nested_wrappers() -> None:
+    from torch import nn
+
+    from mmpar import MMDataParallel, unwrap_module
+
+    inner = nn.Linear(1, 1)
+    assert unwrap_module(MMDataParallel(MMDataParallel(inner))) is inner
+    assert unwrap_module(inner) is inner and unwrap_module("not a module") == "not a module"

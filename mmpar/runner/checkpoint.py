@@ -29,6 +29,8 @@ from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Union
 import torch
 from torch import nn
 
+from mmpar.module_wrappers import unwrap_module
+
 __all__ = [
     "atomic_write",
     "save_checkpoint",
@@ -45,11 +47,7 @@ LATEST = "latest.pth"
 
 def unwrap_model(model: nn.Module) -> nn.Module:
     """The model inside a wrapper (``MMDataParallel``, DDP, ...), or ``model`` itself."""
-    from mmpar.module_wrappers import is_module_wrapper
-
-    while is_module_wrapper(model):
-        model = model.module
-    return model
+    return unwrap_module(model)
 
 
 def weights_to_cpu(state_dict: Mapping[str, torch.Tensor]) -> "OrderedDict[str, torch.Tensor]":
