@@ -11,6 +11,7 @@ from mmpar.collate import collate
 from mmpar.data_container import DataContainer
 from mmpar.data_parallel import MMDataParallel, check_module_device, data_parallel
 from mmpar.scatter_gather import to_device
+from tests._containers import has_container
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 needs_2_gpus = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA devices")
@@ -27,16 +28,6 @@ def _samples(n: int, offset: int = 0) -> list:
     ]
 
 
-def _has_container(obj: Any) -> bool:
-    if isinstance(obj, DataContainer):
-        return True
-    if isinstance(obj, dict):
-        return any(_has_container(v) for v in obj.values())
-    if isinstance(obj, (list, tuple)):
-        return any(_has_container(v) for v in obj)
-    return False
-
-
 class Recorder(nn.Module):
     """Records what it receives; loss = weighted image mean plus the gt sums."""
 
@@ -51,7 +42,7 @@ class Recorder(nn.Module):
         return dict(loss=per_image.mean(), idx=[m["idx"] for m in img_metas], per_image=per_image)
 
     def train_step(self, data: dict, optimizer: Any = None) -> dict:
-        if _has_container(data):
+        if has_container(data):
             raise TypeError("train_step got a DataContainer")
         out = self(**data)
         return dict(loss=out["loss"], log_vars=dict(loss=out["loss"].item()), num_samples=len(data["img_metas"]))
@@ -74,7 +65,7 @@ def test_cpu_forward_receives_unwrapped_data(device_ids: Any) -> None:
     assert wrapped.device_ids == []
     out = wrapped(**collate(_samples(3), samples_per_gpu=3))
     seen = model.seen[-1]
-    assert not _has_container(seen)
+    assert not has_container(seen)
     assert isinstance(seen["img"], torch.Tensor) and seen["img"].shape == (3, 2, 4, 4)
     assert [g.tolist() for g in seen["gt"]] == [[0.0], [0.0, 1.0], [0.0, 1.0, 2.0]]
     assert seen["img_metas"] == [dict(idx=0), dict(idx=1), dict(idx=2)]
@@ -158,7 +149,7 @@ def test_data_parallel_with_containers_and_kwargs() -> None:
     batch = collate(_samples(4), samples_per_gpu=2)
     out = data_parallel(model, (), device_ids=["cpu", "cpu"], module_kwargs=batch)
     assert out["idx"] == [0, 1, 2, 3]
-    assert len(model.seen) == 2 and not _has_container(model.seen)
+    assert len(model.seen) == 2 and not has_container(model.seen)
     # Each chunk padded on its own, then the per-image losses come back in sample order.
     whole = Recorder()(**to_device(collate(_samples(4), samples_per_gpu=4), "cpu"))
     torch.testing.assert_close(out["per_image"], whole["per_image"])

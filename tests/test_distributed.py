@@ -19,6 +19,7 @@ from mmpar.data_parallel import MMDataParallel
 from mmpar.distributed import MMDistributedDataParallel, params_without_grad
 from mmpar.scatter_gather import to_device
 from tests._dist_helpers import free_port, run_launcher, run_workers
+from tests._containers import has_container
 
 ROOT = Path(__file__).resolve().parents[1]
 LR = 0.1
@@ -28,16 +29,6 @@ WORLD = 2
 # --------------------------------------------------------------------------- #
 # Model and data shared by the single- and multi-process tests
 # --------------------------------------------------------------------------- #
-def _has_container(obj: Any) -> bool:
-    if isinstance(obj, DataContainer):
-        return True
-    if isinstance(obj, dict):
-        return any(_has_container(v) for v in obj.values())
-    if isinstance(obj, (list, tuple)):
-        return any(_has_container(v) for v in obj)
-    return False
-
-
 class Net(nn.Module):
     """Pools a padded image batch; ``branch`` (if built) is used only when a sample's meta asks."""
 
@@ -60,7 +51,7 @@ class Net(nn.Module):
         return dict(loss=((pred - target) ** 2).mean(), pred=pred)
 
     def train_step(self, data: dict, optimizer: Any = None) -> dict:
-        if _has_container(data):
+        if has_container(data):
             raise TypeError("train_step got a DataContainer")
         out = self(**data)
         return dict(loss=out["loss"], log_vars=dict(loss=out["loss"].item()), num_samples=len(data["img_metas"]))
@@ -319,7 +310,7 @@ def test_forward_and_steps_receive_unwrapped_data(group_of_one: None) -> None:
     with torch.no_grad():
         ddp.val_step(_batch(0, 2))
     assert len(seen) == 3
-    assert not _has_container(seen)
+    assert not has_container(seen)
     assert all(isinstance(d["img"], torch.Tensor) and isinstance(d["gt"], list) for d in seen)
 
 

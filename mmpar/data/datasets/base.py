@@ -13,6 +13,10 @@ from ..transforms.geometric import Resize
 
 __all__ = ["DetectionDataset"]
 
+#: Mean and std (RGB, 0-255) of the default pipelines' ``Normalize``.
+IMAGENET_MEAN = (123.675, 116.28, 103.53)
+IMAGENET_STD = (58.395, 57.12, 57.375)
+
 #: A training sample dropped by the pipeline is replaced by another one; after
 #: this many drops in a row the pipeline is considered broken.
 MAX_REDRAWS = 100
@@ -63,6 +67,16 @@ class DetectionDataset(Dataset):
     def default_pipeline(self) -> List[Any]:
         """Steps used when ``pipeline=None``; subclasses define them."""
         raise NotImplementedError(f"{type(self).__name__} has no default pipeline; pass pipeline=[...]")
+
+    def _format_steps(self) -> List[Dict[str, Any]]:
+        """The tail of the default pipelines: normalize (ImageNet statistics), pad to
+        32, format into DataContainers, collect."""
+        return [
+            dict(type="Normalize", mean=list(IMAGENET_MEAN), std=list(IMAGENET_STD), to_rgb=True),
+            dict(type="Pad", size_divisor=32),
+            dict(type="DefaultFormatBundle"),
+            dict(type="Collect", keys=["img"] if self.test_mode else ["img", "gt_bboxes", "gt_labels"]),
+        ]
 
     def _set_img_sizes(self, sizes: Any) -> None:
         """Record the original ``(h, w)`` of every image, and derive ``img_sizes`` and ``flag``."""

@@ -12,8 +12,6 @@ from .coco_format import check_categories, check_images, group_annotations, load
 
 __all__ = ["CocoDetection"]
 
-_MEAN = [123.675, 116.28, 103.53]
-_STD = [58.395, 57.12, 57.375]
 
 
 @DATASETS.register_module()
@@ -103,13 +101,7 @@ class CocoDetection(DetectionDataset):
         steps.append(dict(type="Resize", img_scale=(1333, 800), keep_ratio=True))
         if not self.test_mode:
             steps.append(dict(type="RandomFlip", flip_ratio=0.5))
-        steps += [
-            dict(type="Normalize", mean=_MEAN, std=_STD, to_rgb=True),
-            dict(type="Pad", size_divisor=32),
-            dict(type="DefaultFormatBundle"),
-            dict(type="Collect", keys=["img"] if self.test_mode else ["img", "gt_bboxes", "gt_labels"]),
-        ]
-        return steps
+        return steps + self._format_steps()
 
     def get_img_info(self, idx: int) -> Dict[str, Any]:
         return dict(self.img_infos[self._check_index(idx)])

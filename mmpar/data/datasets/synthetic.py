@@ -11,8 +11,6 @@ from .shapes import SHAPES, render_shapes
 
 __all__ = ["SyntheticShapes"]
 
-_MEAN = [123.675, 116.28, 103.53]
-_STD = [58.395, 57.12, 57.375]
 
 
 def _check_int(value: Any, argument: str, low: int) -> int:
@@ -85,13 +83,7 @@ class SyntheticShapes(DetectionDataset):
         steps: List[Dict[str, Any]] = [dict(type="LoadImageFromArray")]
         if not self.test_mode:
             steps += [dict(type="LoadAnnotations"), dict(type="RandomFlip", flip_ratio=0.5)]
-        steps += [
-            dict(type="Normalize", mean=_MEAN, std=_STD, to_rgb=True),
-            dict(type="Pad", size_divisor=32),
-            dict(type="DefaultFormatBundle"),
-            dict(type="Collect", keys=["img"] if self.test_mode else ["img", "gt_bboxes", "gt_labels"]),
-        ]
-        return steps
+        return steps + self._format_steps()
 
     def _rng(self, idx: int) -> np.random.Generator:
         return np.random.default_rng([self.seed, idx])
