@@ -13,7 +13,6 @@ from .coco_format import check_categories, check_images, group_annotations, load
 __all__ = ["CocoDetection"]
 
 
-
 @DATASETS.register_module()
 class CocoDetection(DetectionDataset):
     """Object detection on COCO-format data (``images``, ``annotations``, ``categories``).

@@ -12,7 +12,6 @@ from .shapes import SHAPES, render_shapes
 __all__ = ["SyntheticShapes"]
 
 
-
 def _check_int(value: Any, argument: str, low: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
         raise ValueError(f"SyntheticShapes: {argument} must be an int >= {low}, got {value!r}")
