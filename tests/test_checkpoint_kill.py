@@ -116,6 +116,7 @@ def test_sigkill_at_any_moment_leaves_a_loadable_checkpoint_and_resume_matches(t
         if where.startswith("inside"):
             assert _temp_files(work_dir), "the kill should have left the half-written temporary file"
         train(work_dir, "--auto-resume")
+        assert not _temp_files(work_dir), "the resumed run should remove what a killed save left"
         got = final_weights(work_dir)
         assert got.keys() == expected.keys()
         for key in expected:

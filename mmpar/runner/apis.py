@@ -13,7 +13,7 @@ from mmpar.data.builder import build_dataloader
 from mmpar.dist_utils import all_gather_object_list, barrier, get_dist_info
 from mmpar.models.builder import build_optimizer
 
-from .checkpoint import load_checkpoint, save_checkpoint, update_latest
+from .checkpoint import load_checkpoint, remove_stale_temporaries, save_checkpoint, update_latest
 from .inference import evaluate_map, multi_gpu_test, single_gpu_test
 from .launch import wrap_model
 from .logger import JsonLogWriter
@@ -102,6 +102,9 @@ def train_model(
     logger = logger or logging.getLogger("mmpar")
     rank, _ = get_dist_info()
     work_dir = Path(cfg.work_dir)
+    if rank == 0:
+        for stale in remove_stale_temporaries(work_dir):
+            logger.info(f"removed {stale.name}, left by a save that was killed midway")
     json_log = JsonLogWriter(work_dir / f"{timestamp or time.strftime('%Y%m%d_%H%M%S')}.log.json", rank)
     seed = cfg.get("seed")
     data_cfg = cfg.data

@@ -24,7 +24,7 @@ import shutil
 import tempfile
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 import torch
 from torch import nn
@@ -33,6 +33,7 @@ from mmpar.module_wrappers import unwrap_module
 
 __all__ = [
     "atomic_write",
+    "remove_stale_temporaries",
     "save_checkpoint",
     "load_checkpoint",
     "update_latest",
@@ -99,6 +100,23 @@ def atomic_write(path: PathLike, write: Callable[[Any], None]) -> None:
             pass
         raise
     _fsync_dir(target.parent)
+
+
+def remove_stale_temporaries(directory: PathLike) -> List[Path]:
+    """Delete the temporary files that saves killed midway left in ``directory``.
+
+    Call it when no save is running (before training starts). Returns the
+    removed paths; they were never checkpoints (a save renames its temporary
+    file only once it is whole).
+    """
+    removed = []
+    for tmp in Path(directory).glob(".*.pth.*.tmp"):
+        try:
+            tmp.unlink()
+            removed.append(tmp)
+        except FileNotFoundError:
+            pass
+    return removed
 
 
 def save_checkpoint(
