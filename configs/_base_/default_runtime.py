@@ -2,7 +2,9 @@
 checkpoint_config = dict(interval=1)  # epoch_N.pth every N epochs (and after the last); latest.pth -> newest
 log_config = dict(interval=4)  # a log line (and a JSON record) every 4 iterations and at each epoch end
 evaluation = dict(interval=0, before_train=True, metric="mAP")  # interval 0: evaluate at the end only
-dist_params = dict(backend=None)  # None: nccl with CUDA, gloo without
+# backend None: nccl with CUDA, gloo without. timeout: seconds a collective waits
+# for a peer before the run fails (a hung or dead rank is reported, not waited on).
+dist_params = dict(backend=None, timeout=600)
 find_unused_parameters = False
 log_level = "INFO"
 seed = None  # None: a random seed, shared by all ranks and saved in the checkpoints

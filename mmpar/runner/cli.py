@@ -56,6 +56,9 @@ def start_launcher(launcher: str, local_rank: Optional[int], cfg: Config) -> boo
     """Join the process group for ``launcher`` (nothing for ``"none"``).
 
     ``--local_rank`` is exported as ``LOCAL_RANK`` when the environment has none.
+    ``cfg.dist_params`` goes to :func:`mmpar.dist_utils.init_dist`: ``backend``,
+    and ``timeout`` (seconds) after which a collective waiting for a dead or
+    hung peer fails instead of blocking.
 
     Returns:
         Whether the run is distributed.
@@ -64,9 +67,9 @@ def start_launcher(launcher: str, local_rank: Optional[int], cfg: Config) -> boo
         os.environ["LOCAL_RANK"] = str(local_rank)
     if launcher == "none":
         return False
-    backend = (cfg.get("dist_params") or {}).get("backend")
+    params = dict(cfg.get("dist_params") or {})
     try:
-        init_dist(launcher, backend=backend)
+        init_dist(launcher, backend=params.pop("backend", None), **params)
     except ValueError as exc:
         fail(f"--launcher {launcher}: {exc}")
     return True
