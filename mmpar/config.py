@@ -234,7 +234,8 @@ class Config:
         A ``.py`` file keeps tuples; JSON turns them into lists.
 
         Args:
-            path: The file to write. When None, the Python text is returned instead.
+            path: The file to write (missing parent folders are created). When None,
+                the Python text is returned instead.
 
         Returns:
             The Python text when ``path`` is None, else None.
@@ -250,6 +251,7 @@ class Config:
         _check_extension(file, "path")
         for_json = file.suffix == ".json"
         check_dumpable(self._cfg_dict, for_json=for_json)
+        file.parent.mkdir(parents=True, exist_ok=True)
         if for_json:
             file.write_text(json.dumps(self.to_dict(), indent=4) + "\n", encoding="utf-8")
         else:

@@ -586,3 +586,9 @@ def test_dump_refuses_scalar_subclasses_that_would_not_read_back(tmp_path) -> No
     cfg = Config(dict(color=Color.RED))
     with pytest.raises(TypeError, match="color"):
         cfg.dump(str(tmp_path / "x.py"))
+
+
+def test_dump_creates_missing_folders(tmp_path) -> None:
+    target = tmp_path / "work_dirs" / "run1" / "config.py"
+    Config(dict(a=1)).dump(str(target))
+    assert Config.fromfile(str(target)).a == 1
