@@ -33,7 +33,7 @@ from mmpar.models.builder import build_dataset, build_model
 from mmpar.runner.checkpoint import load_checkpoint
 from mmpar.runner.cli import (add_cfg_options, add_launcher_args, check_choices, fail, load_config,
                               resolve_work_dir, start_launcher)
-from mmpar.runner.inference import evaluate_map, multi_gpu_test, single_gpu_test
+from mmpar.runner.inference import class_rows, evaluate_map, eval_samples_per_gpu, run_inference
 from mmpar.runner.launch import wrap_model
 
 METRICS = ("mAP",)
@@ -94,12 +94,12 @@ def main(argv=None) -> int:
 
     dataset = build_dataset(cfg.data.test, test_mode=True)
     data_cfg = cfg.data
-    loader = build_dataloader(dataset, int(data_cfg.get("test_samples_per_gpu") or data_cfg.samples_per_gpu),
+    loader = build_dataloader(dataset, eval_samples_per_gpu(data_cfg),
                               data_cfg.workers_per_gpu, dist=distributed, shuffle=False, seed=0)
     model = build_model(cfg.model)
     load_checkpoint(args.checkpoint, model)
     model = wrap_model(model, distributed)
-    results = multi_gpu_test(model, loader) if distributed else single_gpu_test(model, loader)
+    results = run_inference(model, loader, distributed)
 
     if rank == 0:
         print(f"tested {args.checkpoint} on {dataset!r} with {world_size} process(es): {len(results)} results", flush=True)
@@ -108,9 +108,7 @@ def main(argv=None) -> int:
             print(f"detections written to {args.out}", flush=True)
         if metrics_wanted:
             metrics = evaluate_map(dataset, results)
-            for row in metrics["per_class"]:
-                print(f"  class {row['class']}: ap {row['ap']:.4f}, recall {row['recall']:.4f}, "
-                      f"gts {row['num_gts']}, dets {row['num_dets']}")
+            print("\n".join(class_rows(metrics)))
             print(f"mAP@0.5: {metrics['mAP']:.4f}", flush=True)
             if args.out:
                 target = Path(args.out).with_suffix(".metrics.json")

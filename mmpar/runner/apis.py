@@ -14,7 +14,8 @@ from mmpar.dist_utils import all_gather_object_list, barrier, get_dist_info
 from mmpar.models.builder import build_optimizer
 
 from .checkpoint import load_checkpoint, remove_stale_temporaries, save_checkpoint, update_latest
-from .inference import evaluate_map, multi_gpu_test, single_gpu_test
+from .inference import (class_rows, eval_samples_per_gpu, evaluate_map, multi_gpu_test, run_inference,
+                        single_gpu_test)
 from .launch import wrap_model
 from .logger import JsonLogWriter
 from .lr_schedule import check_lr_config
@@ -31,15 +32,13 @@ def _get(cfg: Any, key: str, default: Any = None) -> Any:
 
 def evaluate(model: nn.Module, data_loader: Any, dataset: Any, distributed: bool) -> Dict[str, Any]:
     """Detections over ``dataset`` (every rank, in dataset order) and their mAP@0.5."""
-    results = multi_gpu_test(model, data_loader) if distributed else single_gpu_test(model, data_loader)
-    return evaluate_map(dataset, results)
+    return evaluate_map(dataset, run_inference(model, data_loader, distributed))
 
 
 def _log_eval(logger: logging.Logger, json_log: JsonLogWriter, metrics: Dict[str, Any], state: TrainState, tag: str) -> None:
     logger.info(f"Epoch({tag}) [{state.epoch}]\tmAP: {metrics['mAP']:.4f}")
-    for row in metrics["per_class"]:
-        logger.info(f"  class {row['class']}: ap {row['ap']:.4f}, recall {row['recall']:.4f}, "
-                    f"gts {row['num_gts']}, dets {row['num_dets']}")
+    for line in class_rows(metrics):
+        logger.info(line)
     json_log.write(dict(mode="val", tag=tag, epoch=state.epoch, iter=state.iter, mAP=metrics["mAP"]))
 
 
@@ -130,7 +129,7 @@ def train_model(
     eval_cfg = _get(cfg, "evaluation", {})
     val_loader = None
     if validate:
-        val_loader = build_dataloader(val_dataset, int(_get(data_cfg, "test_samples_per_gpu", data_cfg.samples_per_gpu)),
+        val_loader = build_dataloader(val_dataset, eval_samples_per_gpu(data_cfg),
                                       data_cfg.workers_per_gpu, dist=distributed, shuffle=False, seed=seed)
     metrics: Dict[str, Any] = dict(before=None, after=None, state=state)
     if validate and state.epoch == 0 and _get(eval_cfg, "before_train", True):

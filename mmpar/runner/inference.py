@@ -10,7 +10,14 @@ from torch.utils.data import DataLoader
 from mmpar.dist_utils import collect_results, get_dist_info
 from mmpar.evaluation import eval_map
 
-__all__ = ["single_gpu_test", "multi_gpu_test", "evaluate_map"]
+__all__ = [
+    "class_rows",
+    "eval_samples_per_gpu",
+    "evaluate_map",
+    "multi_gpu_test",
+    "run_inference",
+    "single_gpu_test",
+]
 
 
 def _run(model: nn.Module, data_loader: DataLoader) -> List[Any]:
@@ -83,3 +90,22 @@ def evaluate_map(dataset: Any, results: Sequence[Any], iou_thr: float = 0.5) -> 
     names = list(classes) if classes is not None and results and len(classes) == len(results[0]) else None
     mean_ap, per_class = eval_map(list(results), annotations, iou_thr=iou_thr, class_names=names)
     return {"mAP": mean_ap, "per_class": per_class}
+
+
+def run_inference(model: nn.Module, data_loader: DataLoader, distributed: bool) -> List[Any]:
+    """Per-image results over the whole dataset, in dataset order (every rank's, when distributed)."""
+    return multi_gpu_test(model, data_loader) if distributed else single_gpu_test(model, data_loader)
+
+
+def class_rows(metrics: Dict[str, Any]) -> List[str]:
+    """One readable line per class of :func:`evaluate_map`'s result."""
+    return [
+        f"  class {row['class']}: ap {row['ap']:.4f}, recall {row['recall']:.4f}, "
+        f"gts {row['num_gts']}, dets {row['num_dets']}"
+        for row in metrics["per_class"]
+    ]
+
+
+def eval_samples_per_gpu(data_cfg: Any) -> int:
+    """Samples per GPU when testing: ``data.test_samples_per_gpu``, else ``data.samples_per_gpu``."""
+    return int(data_cfg.get("test_samples_per_gpu") or data_cfg.samples_per_gpu)
