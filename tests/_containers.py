@@ -1,4 +1,4 @@
-"""Test helper: does a structure still hold a DataContainer anywhere?"""
+"""Test helpers: does a structure still hold a DataContainer; a train_step that insists it does not."""
 from __future__ import annotations
 
 from typing import Any
@@ -14,3 +14,14 @@ def has_container(obj: Any) -> bool:
     if isinstance(obj, (list, tuple)):
         return any(has_container(v) for v in obj)
     return False
+
+
+class UnwrappedSteps:
+    """Mixin for test models: ``train_step`` in the mmcv style (``self(**data)``)
+    that fails if a wrapper handed it a DataContainer."""
+
+    def train_step(self, data: dict, optimizer: Any = None) -> dict:
+        if has_container(data):
+            raise TypeError("train_step got a DataContainer")
+        out = self(**data)
+        return dict(loss=out["loss"], log_vars=dict(loss=out["loss"].item()), num_samples=len(data["img_metas"]))

@@ -11,7 +11,7 @@ from mmpar.collate import collate
 from mmpar.data_container import DataContainer
 from mmpar.data_parallel import MMDataParallel, check_module_device, data_parallel
 from mmpar.scatter_gather import to_device
-from tests._containers import has_container
+from tests._containers import UnwrappedSteps, has_container
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 needs_2_gpus = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA devices")
@@ -28,7 +28,7 @@ def _samples(n: int, offset: int = 0) -> list:
     ]
 
 
-class Recorder(nn.Module):
+class Recorder(UnwrappedSteps, nn.Module):
     """Records what it receives; loss = weighted image mean plus the gt sums."""
 
     def __init__(self) -> None:
@@ -40,12 +40,6 @@ class Recorder(nn.Module):
         self.seen.append(dict(img=img, gt=gt, img_metas=img_metas))
         per_image = self.w * img.mean(dim=(1, 2, 3)) + torch.stack([g.sum() for g in gt])
         return dict(loss=per_image.mean(), idx=[m["idx"] for m in img_metas], per_image=per_image)
-
-    def train_step(self, data: dict, optimizer: Any = None) -> dict:
-        if has_container(data):
-            raise TypeError("train_step got a DataContainer")
-        out = self(**data)
-        return dict(loss=out["loss"], log_vars=dict(loss=out["loss"].item()), num_samples=len(data["img_metas"]))
 
     def val_step(self, data: dict, optimizer: Any = None) -> dict:
         with torch.no_grad():

@@ -19,7 +19,7 @@ from mmpar.data_parallel import MMDataParallel
 from mmpar.distributed import MMDistributedDataParallel, params_without_grad
 from mmpar.scatter_gather import to_device
 from tests._dist_helpers import free_port, run_launcher, run_workers
-from tests._containers import has_container
+from tests._containers import UnwrappedSteps, has_container
 
 ROOT = Path(__file__).resolve().parents[1]
 LR = 0.1
@@ -29,7 +29,7 @@ WORLD = 2
 # --------------------------------------------------------------------------- #
 # Model and data shared by the single- and multi-process tests
 # --------------------------------------------------------------------------- #
-class Net(nn.Module):
+class Net(UnwrappedSteps, nn.Module):
     """Pools a padded image batch; ``branch`` (if built) is used only when a sample's meta asks."""
 
     def __init__(self, bn: bool = False, branch: bool = False) -> None:
@@ -49,12 +49,6 @@ class Net(nn.Module):
             pred = pred + self.branch(h).squeeze(1)
         target = torch.stack([g.sum() for g in gt])
         return dict(loss=((pred - target) ** 2).mean(), pred=pred)
-
-    def train_step(self, data: dict, optimizer: Any = None) -> dict:
-        if has_container(data):
-            raise TypeError("train_step got a DataContainer")
-        out = self(**data)
-        return dict(loss=out["loss"], log_vars=dict(loss=out["loss"].item()), num_samples=len(data["img_metas"]))
 
     def val_step(self, data: dict, optimizer: Any = None) -> dict:
         return self.train_step(data, optimizer)
