@@ -15,7 +15,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 import torch
 
 from ._structures import child_path, dataclass_fields, is_dataclass_instance
-from .data_container import DataContainer
+from .data_container import DataContainer, as_container
 from .type_handlers import get_handler
 
 __all__ = ["Plan", "make_plan", "torch_chunk_sizes", "container_chunks"]
@@ -72,10 +72,11 @@ def _survey(obj: Any, path: str, dim: int, containers: list, splittables: list) 
             )
         splittables.append((path or "inputs", obj.shape[d]))
         return
-    if isinstance(obj, DataContainer):
-        containers.append((path or "inputs", len(container_chunks(obj)), _chunk_sizes(obj)))
-        return
     if isinstance(obj, (str, bytes)):
+        return
+    dc = as_container(obj)
+    if dc is not None:
+        containers.append((path or "inputs", len(container_chunks(dc)), _chunk_sizes(dc)))
         return
     handler = get_handler(obj)
     if handler is not None:

@@ -9,7 +9,7 @@ import torch
 from torch.utils.data import default_collate
 
 from ._structures import child_path, is_namedtuple, rebuild_mapping
-from .data_container import DataContainer
+from .data_container import DataContainer, as_container, container_classes
 from .stacking import pad_stack
 from .type_handlers import get_handler
 
@@ -21,8 +21,9 @@ def collate(batch: Sequence[Any], samples_per_gpu: int = 1) -> Any:
 
     The batch is cut into consecutive chunks of ``samples_per_gpu`` samples (the
     last one may be shorter), one chunk per device. A field that is a
-    :class:`DataContainer` becomes one container whose ``data`` holds one entry
-    per chunk:
+    :class:`DataContainer` (mmpar's, or mmcv 1.x's as mmdet 2.x pipelines emit
+    it, see :func:`~mmpar.data_container.as_container`) becomes one mmpar
+    container whose ``data`` holds one entry per chunk:
 
     * ``cpu_only``: the list of the chunk's data;
     * ``stack``: one tensor ``(n, *lead, *padded)``, each sample padded at the end
@@ -71,6 +72,8 @@ def _collate(samples: List[Any], samples_per_gpu: int, path: str) -> Any:
     elem = samples[0]
     if isinstance(elem, DataContainer):
         return _collate_containers(samples, samples_per_gpu, path)
+    if as_container(elem) is not None:  # mmcv's containers (mmdet pipelines) become mmpar's
+        return _collate_containers([_adopted(s) for s in samples], samples_per_gpu, path)
     _check_same_kind(samples, path)
     handler = get_handler(elem)
     if handler is not None:
@@ -95,8 +98,9 @@ def _check_same_kind(samples: List[Any], path: str) -> None:
         kind = Sequence
     else:
         kind = None
+    containers = container_classes()
     for i, s in enumerate(samples):
-        if isinstance(s, DataContainer):
+        if isinstance(s, containers):
             raise ValueError(
                 f"{_name(path)}: is a DataContainer in sample {i} but not in sample 0 "
                 f"({type(elem).__name__}); wrap it in every sample or in none"
@@ -105,6 +109,11 @@ def _check_same_kind(samples: List[Any], path: str) -> None:
             raise TypeError(
                 f"{_name(path)}: sample 0 holds {type(elem).__name__}, sample {i} holds {type(s).__name__}"
             )
+
+
+def _adopted(value: Any) -> Any:
+    container = as_container(value)
+    return value if container is None else container
 
 
 def _collate_containers(samples: List[Any], samples_per_gpu: int, path: str) -> DataContainer:

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import numbers
 import operator
-from typing import Any, Callable, Optional, Union
+import sys
+from typing import Any, Callable, Optional, Tuple, Union
 
 import torch
 
-__all__ = ["DataContainer"]
+__all__ = ["DataContainer", "as_container", "container_classes"]
 
 _PAD_DIMS = (None, 1, 2, 3)
 
@@ -187,3 +188,51 @@ class DataContainer:
         from .transfer import pin_memory  # local: transfer imports the type registry
 
         return self.with_data(pin_memory(self._data))
+
+
+#: Where mmcv 1.x keeps its DataContainer. Looked up in ``sys.modules`` only:
+#: mmpar never imports mmcv, it adopts mmcv's containers once mmcv has loaded them.
+_MMCV_MODULE = "mmcv.parallel.data_container"
+_classes: Tuple[type, ...] = (DataContainer,)
+
+
+def container_classes() -> Tuple[type, ...]:
+    """The classes :func:`as_container` accepts: mmpar's :class:`DataContainer`
+    first, then mmcv 1.x's once ``mmcv.parallel`` has been imported.
+
+    mmcv's class is remembered once seen, so its instances stay recognised after
+    :func:`mmpar.compat.patch_mmcv` points ``mmcv.parallel`` at mmpar.
+    """
+    global _classes
+    module = sys.modules.get(_MMCV_MODULE)
+    if module is not None:
+        cls = getattr(module, "DataContainer", None)
+        if cls is not DataContainer and cls not in _classes and isinstance(cls, type):
+            _classes = _classes + (cls,)
+    return _classes
+
+
+def as_container(obj: Any) -> Optional[DataContainer]:
+    """``obj`` as an mmpar :class:`DataContainer`, or None if it is no container.
+
+    An mmpar container is returned as it is. An mmcv 1.x
+    ``mmcv.parallel.DataContainer`` (what mmdet 2.x pipelines emit) becomes an
+    mmpar container around the same ``data`` (not copied) with the same
+    ``stack``, ``padding_value``, ``cpu_only`` and ``pad_dims``.
+
+    Raises:
+        ValueError: An mmcv container whose flags mmpar cannot hold (e.g. a
+            ``pad_dims`` outside {None, 1, 2, 3}); the message names the flag.
+        TypeError: An mmcv container whose ``padding_value`` is not a number.
+    """
+    if isinstance(obj, DataContainer):
+        return obj
+    classes = container_classes()
+    if len(classes) == 1 or not isinstance(obj, classes):
+        return None
+    try:
+        return DataContainer(
+            obj.data, stack=obj.stack, padding_value=obj.padding_value, cpu_only=obj.cpu_only, pad_dims=obj.pad_dims
+        )
+    except (TypeError, ValueError) as err:
+        raise type(err)(f"cannot adopt {type(obj).__module__}.{type(obj).__name__}: {err}") from err

@@ -9,6 +9,7 @@ from torch import nn
 from torch.nn.parallel import DataParallel, replicate
 
 from .devices import Target, resolve_device, resolve_targets
+from .module_wrappers import MODULE_WRAPPERS
 from .parallel_apply import default_devices, parallel_apply, scatter_batch
 from .scatter_gather import gather, scatter_kwargs
 
@@ -62,6 +63,7 @@ def _names_cpu_only(device_ids: Optional[Sequence[Target]]) -> bool:
     return kinds == {"cpu"}
 
 
+@MODULE_WRAPPERS.register_module()
 class MMDataParallel(DataParallel):
     """A :class:`torch.nn.DataParallel` whose inputs may hold DataContainers.
 

@@ -9,6 +9,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from .devices import Target
+from .module_wrappers import MODULE_WRAPPERS, unwrap_module
 from .scatter_gather import scatter_kwargs
 
 __all__ = ["MMDistributedDataParallel", "params_without_grad"]
@@ -16,6 +17,7 @@ __all__ = ["MMDistributedDataParallel", "params_without_grad"]
 _MISSING = object()
 
 
+@MODULE_WRAPPERS.register_module()
 class MMDistributedDataParallel(DistributedDataParallel):
     """A :class:`torch.nn.parallel.DistributedDataParallel` for DataContainer batches.
 
@@ -172,8 +174,6 @@ def params_without_grad(module: nn.Module) -> List[str]:
     Raises:
         TypeError: ``module`` is not an ``nn.Module``.
     """
-    from .module_wrappers import unwrap_module  # module_wrappers imports this module
-
     if not isinstance(module, nn.Module):
         raise TypeError(f"params_without_grad: module must be an nn.Module, got {type(module).__name__}")
     return [name for name, p in unwrap_module(module).named_parameters() if p.requires_grad and p.grad is None]

@@ -1,27 +1,58 @@
-"""MODULE_WRAPPERS: the registry of classes that wrap a model, and is_module_wrapper."""
+"""MODULE_WRAPPERS: the registry of classes that wrap a model, and is_module_wrapper.
+
+A leaf module: it imports no other part of mmpar but the registry, so every
+wrapper registers itself here without an import cycle.
+"""
 from __future__ import annotations
 
-from typing import Any, Tuple
+import sys
+from typing import Any, Iterator, List, Set, Tuple
 
 from torch import nn
 from torch.nn.parallel import DataParallel, DistributedDataParallel
 
-from .data_parallel import MMDataParallel
-from .distributed import MMDistributedDataParallel
 from .registry import Registry
 
-__all__ = ["MODULE_WRAPPERS", "is_module_wrapper", "unwrap_module"]
+__all__ = ["MODULE_WRAPPERS", "is_module_wrapper", "unwrap_module", "wrapper_classes"]
 
 #: Classes whose instances wrap a model in ``.module``. Register your own wrapper
 #: here (or in a child registry: ``Registry("x", parent=MODULE_WRAPPERS, scope="x")``)
-#: so that :func:`is_module_wrapper` recognises it.
+#: so that :func:`is_module_wrapper` recognises it. MMDataParallel and
+#: MMDistributedDataParallel register themselves.
 MODULE_WRAPPERS = Registry("module wrapper")
-for _cls in (DataParallel, DistributedDataParallel, MMDataParallel, MMDistributedDataParallel):
-    MODULE_WRAPPERS.register_module(module=_cls)
+MODULE_WRAPPERS.register_module(module=DataParallel)
+MODULE_WRAPPERS.register_module(module=DistributedDataParallel)
+
+#: Where mmcv 1.x keeps its wrapper registry; looked up in ``sys.modules`` only.
+_MMCV_REGISTRY_MODULE = "mmcv.parallel.registry"
 
 
-def _wrapper_classes() -> Tuple[type, ...]:
-    return tuple(obj for obj in MODULE_WRAPPERS.all_modules() if isinstance(obj, type))
+def _registries() -> List[Any]:
+    """mmpar's registry, and mmcv 1.x's when ``mmcv.parallel`` is loaded."""
+    roots: List[Any] = [MODULE_WRAPPERS]
+    module = sys.modules.get(_MMCV_REGISTRY_MODULE)
+    foreign = getattr(module, "MODULE_WRAPPERS", None)
+    if foreign is not None and foreign is not MODULE_WRAPPERS:
+        roots.append(foreign)
+    return roots
+
+
+def _walk(registry: Any, seen: Set[int]) -> Iterator[Any]:
+    # Duck-typed on ``module_dict`` and ``children``, which mmcv's Registry shares.
+    if id(registry) in seen:
+        return
+    seen.add(id(registry))
+    yield from registry.module_dict.values()
+    for child in registry.children.values():
+        yield from _walk(child, seen)
+
+
+def wrapper_classes() -> Tuple[type, ...]:
+    """Every class registered as a wrapper, in mmpar's registry tree and, once
+    ``mmcv.parallel`` is imported, in mmcv 1.x's (mmpar never imports mmcv)."""
+    seen: Set[int] = set()
+    found = (obj for root in _registries() for obj in _walk(root, seen))
+    return tuple(dict.fromkeys(obj for obj in found if isinstance(obj, type)))
 
 
 def is_module_wrapper(module: Any) -> bool:
@@ -29,7 +60,8 @@ def is_module_wrapper(module: Any) -> bool:
 
     True for instances of DataParallel, DistributedDataParallel and their
     subclasses (MMDataParallel, MMDistributedDataParallel...), and of any class
-    registered in :data:`MODULE_WRAPPERS` or in a descendant registry of it.
+    registered in :data:`MODULE_WRAPPERS`, in a descendant registry of it, or in
+    mmcv 1.x's ``mmcv.parallel.MODULE_WRAPPERS`` tree when mmcv is loaded.
 
     Args:
         module: Any object.
@@ -37,7 +69,7 @@ def is_module_wrapper(module: Any) -> bool:
     Returns:
         True for a wrapper, False otherwise (also for non-modules).
     """
-    return isinstance(module, _wrapper_classes())
+    return isinstance(module, wrapper_classes())
 
 
 def unwrap_module(module: Any) -> Any:

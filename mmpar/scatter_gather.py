@@ -10,7 +10,7 @@ import torch
 
 from ._scatter_plan import Plan, container_chunks, make_plan, torch_chunk_sizes
 from ._structures import child_path, dataclass_fields, is_dataclass_instance, is_namedtuple, map_structure, rebuild_mapping
-from .data_container import DataContainer
+from .data_container import as_container
 from .devices import Target, resolve_device, resolve_targets
 from .transfer import move, to_device_batched
 from .type_handlers import get_handler, is_registered
@@ -67,9 +67,12 @@ def _split(obj: Any, plan: Plan, targets: List[_Target], path: str) -> Optional[
         else:
             pieces = torch.chunk(obj, len(targets), plan.dim)
         return [target.move(p) for target, p in zip(targets, pieces)]
-    if isinstance(obj, DataContainer):
-        chunks = container_chunks(obj)
-        if obj.cpu_only:
+    if isinstance(obj, (str, bytes)):
+        return None
+    dc = as_container(obj)
+    if dc is not None:
+        chunks = container_chunks(dc)
+        if dc.cpu_only:
             return chunks
         return [target.move_tree(c) for target, c in zip(targets, chunks)]
     handler = get_handler(obj)
@@ -79,8 +82,6 @@ def _split(obj: Any, plan: Plan, targets: List[_Target], path: str) -> Optional[
         else:
             parts = handler.split(obj, plan.sizes or torch_chunk_sizes(handler.length(obj), len(targets)))
         return [handler.to(p, target.device) for target, p in zip(targets, parts)]
-    if isinstance(obj, (str, bytes)):
-        return None
     if isinstance(obj, Mapping):
         split = {k: _split(v, plan, targets, child_path(path, k)) for k, v in obj.items()}
         if all(s is None for s in split.values()):
@@ -145,7 +146,7 @@ def scatter(
     * A tensor is cut along ``dim`` like ``torch.chunk`` (at the containers' chunk
       boundaries when the inputs hold collated containers, or at ``chunk_sizes``);
       for a single target it is passed whole (on the CPU: the tensor itself).
-    * A DataContainer gives its chunk ``i`` to target ``i``: ``cpu_only`` data as
+    * A DataContainer (mmpar's or mmcv 1.x's) gives its chunk ``i`` to target ``i``: ``cpu_only`` data as
       it is, other data (tensors, lists of tensors, numpy arrays as tensors) moved.
     * Tuples, lists, dicts, namedtuples and dataclasses are rebuilt per target.
     * Strings, numbers, ``None``, numpy arrays outside containers and containers

@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from ._structures import map_structure
+from .data_container import as_container
 from .type_handlers import get_handler, is_registered
 
 __all__ = ["PACK_LIMIT", "move", "pack", "unpack", "to_device_batched", "pin_memory"]
@@ -153,6 +154,9 @@ def _pin_leaf(obj: Any) -> Any:
     handler = get_handler(obj)
     if handler is not None:
         return handler.pin_memory(obj)
-    if hasattr(obj, "pin_memory") and not isinstance(obj, type):  # DataContainer and friends
+    container = as_container(obj)
+    if container is not None:
+        return container.pin_memory()
+    if hasattr(obj, "pin_memory") and not isinstance(obj, type):
         return obj.pin_memory()
     return obj
