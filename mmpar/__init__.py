@@ -42,6 +42,10 @@ from .data import (
     padding_ratio,
     set_loader_epoch,
 )
+from .data_container import as_container
+
+# Last: joins mmcv's wrapper registry whenever mmcv loads it (mmpar never imports mmcv).
+from . import compat  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -63,10 +67,12 @@ __all__ = [
     "SyntheticShapes",
     "TypeHandler",
     "all_gather_object_list",
+    "as_container",
     "barrier",
     "build_dataloader",
     "collate",
     "collect_results",
+    "compat",
     "data_parallel",
     "destroy_dist",
     "gather",
