@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader
 from mmpar.collate import collate
 from mmpar.data.datasets import CocoDetection
 from mmpar.data.registry import DATASETS
+from tests._coco_files import write_coco_files
 
 Image = pytest.importorskip("PIL.Image")
 
@@ -43,18 +44,9 @@ ANNOTATIONS = [
 
 
 def write_coco(root, data=None, images=True) -> tuple:
-    """Write the annotation file and (optionally) the PNG images under ``root``."""
+    """Write the annotation file and (optionally) the PNG images of IMAGES under ``root``."""
     data = data if data is not None else dict(images=IMAGES, annotations=ANNOTATIONS, categories=CATEGORIES)
-    ann_file = root / "ann.json"
-    ann_file.write_text(json.dumps(data))
-    folder = root / "images"
-    (folder / "sub").mkdir(parents=True, exist_ok=True)
-    if images:
-        rng = np.random.default_rng(0)
-        for info in IMAGES:
-            arr = rng.integers(0, 256, (info["height"], info["width"], 3), dtype=np.uint8)
-            Image.fromarray(arr).save(folder / info["file_name"])
-    return str(ann_file), str(folder)
+    return write_coco_files(root, data, images=IMAGES if images else ())
 
 
 @pytest.fixture

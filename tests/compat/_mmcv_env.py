@@ -1,0 +1,246 @@
+"""The environment of the interop tests against the real mmcv 1.x and mmdet 2.x.
+
+CI installs mmcv 1.7.2 (pure Python, no compiled ops) and mmdet 2.28.2 with
+``.ci/install_mmcv.sh``; on a machine without them these tests skip.
+
+``requires_mmcv`` / ``requires_mmdet``
+    ``pytest.mark.skipif`` markers: mmcv 1.x (``mmcv`` or ``mmcv-full``) /
+    mmdet 2.x installed. Decided from the installed distributions' metadata,
+    without importing either package.
+
+``install_stand_ins()``
+    Idempotent. Makes ``import mmcv.runner`` and ``import mmdet.datasets`` work
+    on a machine without torchvision and without mmcv's compiled ops:
+
+    - a bare ``torchvision`` module (``__mmpar_stand_in__ = True``, nothing
+      else), registered only when no torchvision is importable. mmcv.runner
+      imports torchvision for model-zoo URLs only. (mmcv's ``collect_env``
+      reads ``torchvision.__version__`` and so fails with the stand-in: do not
+      call it.)
+    - an ``mmcv.ops`` stand-in, registered only when mmcv is installed and its
+      compiled extension ``mmcv._ext`` is not (every real op loads it, so the
+      real ``mmcv.ops`` cannot import). Any name looked up on it, or on any
+      ``mmcv.ops.<submodule>`` (created on import), is a class whose
+      instantiation or call raises ``RuntimeError``: it serves imports only,
+      never a result. Deciding from ``mmcv._ext`` rather than by trying the
+      import keeps this function from importing anything beyond ``mmcv``
+      itself -- in particular never ``mmcv.parallel`` -- so it may run before
+      or after ``mmpar.compat.patch_mmcv()``.
+
+    Child processes (``subprocess`` scripts, ``torchrun`` workers) call it
+    themselves, first thing: the scripts under ``tests/compat/scripts/`` put
+    the repository root on ``sys.path`` (from their own ``__file__``) and run
+    ``from tests.compat._mmcv_env import install_stand_ins;
+    install_stand_ins()``. No ``sitecustomize`` and no stub directory on
+    ``PYTHONPATH``: a stub package cannot stand in for ``mmcv.ops`` (a
+    sub-package of the installed mmcv) and could shadow a real torchvision.
+
+``child_env(**extra) -> dict``
+    ``os.environ`` plus ``PYTHONPATH`` = this checkout's root first (children
+    import this checkout's ``mmpar`` and the ``tests`` helpers), and ``extra``.
+
+``mmdet_train_pipeline(flip_ratio=0.5, img_scale=(96, 64)) -> list``
+    mmdet's standard detection train pipeline as config dicts (loading, boxes,
+    keep-ratio resize, flip, normalize, pad to 32, format bundle, collect of
+    ``img``, ``gt_bboxes``, ``gt_labels``).
+
+``write_small_coco(root) -> (ann_file, img_prefix, classes)``
+    A small COCO-format dataset under ``root`` (see ``SMALL_COCO``): images of
+    different sizes and orientations as real JPEG and PNG files (every side
+    >= 32 px: mmdet's ``CocoDataset`` drops smaller images in training), every
+    image with at least one box. ``classes`` is the category names, for
+    ``CocoDataset(classes=...)`` (its default is COCO's 80 classes).
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import types
+from importlib import metadata
+from importlib.abc import Loader, MetaPathFinder
+from importlib.machinery import ModuleSpec
+from pathlib import Path
+from typing import Optional, Tuple
+
+import pytest
+
+from tests._coco_files import write_coco_files
+
+__all__ = [
+    "REPO_ROOT",
+    "SMALL_COCO",
+    "child_env",
+    "install_stand_ins",
+    "mmcv_version",
+    "mmdet_version",
+    "mmdet_train_pipeline",
+    "requires_mmcv",
+    "requires_mmdet",
+    "write_small_coco",
+]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _dist_version(*names: str) -> Optional[str]:
+    for name in names:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def mmcv_version() -> Optional[str]:
+    return _dist_version("mmcv", "mmcv-full")
+
+
+def mmdet_version() -> Optional[str]:
+    return _dist_version("mmdet")
+
+
+def _major(version: Optional[str]) -> Optional[str]:
+    return None if version is None else version.split(".")[0]
+
+
+requires_mmcv = pytest.mark.skipif(
+    _major(mmcv_version()) != "1", reason=f"needs mmcv 1.x (installed: {mmcv_version()}); see .ci/install_mmcv.sh"
+)
+requires_mmdet = pytest.mark.skipif(
+    _major(mmcv_version()) != "1" or _major(mmdet_version()) != "2",
+    reason=f"needs mmcv 1.x and mmdet 2.x (installed: {mmcv_version()}, {mmdet_version()}); see .ci/install_mmcv.sh",
+)
+
+
+# --------------------------------------------------------------------------- stand-ins
+
+_STAND_IN_ERROR = (
+    "{name} is a test stand-in for mmcv's compiled ops (mmcv was installed without "
+    "them); it exists so that modules importing it can be imported, not to be used"
+)
+
+
+def _stand_in_class(qualname: str) -> type:
+    def refuse(*args, **kwargs):
+        raise RuntimeError(_STAND_IN_ERROR.format(name=qualname))
+
+    # A class (not a function): some importers subclass ops or use them in
+    # isinstance checks at import time.
+    return type(qualname.rsplit(".", 1)[-1], (), {"__new__": refuse, "__mmpar_stand_in__": True})
+
+
+class _StandInOps(types.ModuleType):
+    __mmpar_stand_in__ = True
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        value = _stand_in_class(f"{self.__name__}.{name}")
+        setattr(self, name, value)
+        return value
+
+
+class _StandInOpsFinder(MetaPathFinder, Loader):
+    """Creates ``mmcv.ops.<anything>`` stand-in submodules on import."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname.startswith("mmcv.ops."):
+            return ModuleSpec(fullname, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        module = _StandInOps(spec.name)
+        module.__path__ = []
+        return module
+
+    def exec_module(self, module):
+        pass
+
+
+def _torchvision_importable() -> bool:
+    mod = sys.modules.get("torchvision")
+    if mod is not None:
+        return True
+    return importlib.util.find_spec("torchvision") is not None
+
+
+def install_stand_ins() -> None:
+    if not _torchvision_importable():
+        tv = types.ModuleType("torchvision")
+        tv.__mmpar_stand_in__ = True
+        sys.modules["torchvision"] = tv
+    if mmcv_version() is None or "mmcv.ops" in sys.modules:
+        return
+    if importlib.util.find_spec("mmcv._ext") is not None:
+        return  # mmcv-full with compiled ops: the real mmcv.ops imports
+    import mmcv
+
+    ops = _StandInOps("mmcv.ops")
+    ops.__path__ = []
+    ops.__spec__ = ModuleSpec("mmcv.ops", None, is_package=True)
+    sys.modules["mmcv.ops"] = ops
+    mmcv.ops = ops
+    if not any(isinstance(f, _StandInOpsFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _StandInOpsFinder())
+
+
+def child_env(**extra: str) -> dict:
+    env = dict(os.environ)
+    paths = [str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env.update(extra)
+    return env
+
+
+# --------------------------------------------------------------------------- data
+
+SMALL_COCO = dict(
+    images=[
+        dict(id=1, file_name="land_a.jpg", width=80, height=48),
+        dict(id=2, file_name="port_b.png", width=40, height=72),
+        dict(id=3, file_name="land_c.png", width=64, height=36),
+        dict(id=4, file_name="port_d.jpg", width=36, height=50),
+        dict(id=5, file_name="sq_e.jpg", width=48, height=48),
+        dict(id=6, file_name="land_f.png", width=100, height=60),
+        dict(id=7, file_name="port_g.png", width=44, height=90),
+        dict(id=8, file_name="land_h.jpg", width=70, height=40),
+    ],
+    categories=[dict(id=1, name="cat"), dict(id=2, name="dog"), dict(id=5, name="bird")],
+    annotations=[
+        dict(id=1, image_id=1, category_id=1, bbox=[4, 5, 30, 20], area=600, iscrowd=0),
+        dict(id=2, image_id=1, category_id=5, bbox=[40, 10, 25, 30], area=750, iscrowd=0),
+        dict(id=3, image_id=2, category_id=2, bbox=[2, 3, 20, 40], area=800, iscrowd=0),
+        dict(id=4, image_id=3, category_id=1, bbox=[10, 4, 20, 20], area=400, iscrowd=0),
+        dict(id=5, image_id=3, category_id=2, bbox=[30, 10, 20, 15], area=300, iscrowd=0),
+        dict(id=6, image_id=3, category_id=5, bbox=[1, 1, 8, 8], area=64, iscrowd=0),
+        dict(id=7, image_id=4, category_id=5, bbox=[5, 5, 25, 30], area=750, iscrowd=0),
+        dict(id=8, image_id=5, category_id=1, bbox=[0, 0, 48, 48], area=2304, iscrowd=0),
+        dict(id=9, image_id=6, category_id=2, bbox=[10, 10, 50, 30], area=1500, iscrowd=0),
+        dict(id=10, image_id=6, category_id=1, bbox=[60, 5, 30, 40], area=1200, iscrowd=0),
+        dict(id=11, image_id=7, category_id=5, bbox=[3, 20, 30, 50], area=1500, iscrowd=0),
+        dict(id=12, image_id=8, category_id=2, bbox=[20, 8, 40, 25], area=1000, iscrowd=0),
+    ],
+)
+
+
+def write_small_coco(root) -> Tuple[str, str, tuple]:
+    ann_file, img_prefix = write_coco_files(root, SMALL_COCO)
+    classes = tuple(c["name"] for c in SMALL_COCO["categories"])
+    return ann_file, img_prefix, classes
+
+
+IMG_NORM = dict(mean=[123.675, 116.28, 103.53], std=[58.395, 57.12, 57.375], to_rgb=True)
+
+
+def mmdet_train_pipeline(flip_ratio: float = 0.5, img_scale=(96, 64)) -> list:
+    return [
+        dict(type="LoadImageFromFile"),
+        dict(type="LoadAnnotations", with_bbox=True),
+        dict(type="Resize", img_scale=img_scale, keep_ratio=True),
+        dict(type="RandomFlip", flip_ratio=flip_ratio),
+        dict(type="Normalize", **IMG_NORM),
+        dict(type="Pad", size_divisor=32),
+        dict(type="DefaultFormatBundle"),
+        dict(type="Collect", keys=["img", "gt_bboxes", "gt_labels"]),
+    ]
