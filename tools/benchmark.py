@@ -6,6 +6,8 @@ Usage::
     python tools/benchmark.py                 # every section
     python tools/benchmark.py collate padding # some sections
     python tools/benchmark.py --quick         # few repeats, small sizes (smoke run)
+    python tools/benchmark.py hotpath --baseline a009b20
+                                              # this tree against another revision
     python tools/benchmark.py --config configs/tiny_det/tiny_det_synthetic.py
                                               # images/s of the whole training loop,
                                               # 1 process against 2 gloo processes
@@ -45,6 +47,8 @@ def main(argv: list = None) -> int:
     parser.add_argument("sections", nargs="*", help=f"sections to run (default: all of {sections()})")
     parser.add_argument("--quick", action="store_true", help="few repeats and small sizes")
     parser.add_argument("--config", help="a training config: runs the 'train' section on it")
+    parser.add_argument("--baseline", metavar="REV",
+                        help="a git revision to measure side by side with this tree (sections that support it)")
     args = parser.parse_args(argv)
     chosen = args.sections or (["train"] if args.config else sections())
     unknown = [s for s in chosen if s not in sections()]
@@ -54,7 +58,10 @@ def main(argv: list = None) -> int:
           f"command: python tools/benchmark.py {' '.join(sys.argv[1:])} -->\n")
     for name in chosen:
         run = load(name).run
-        kwargs = {"config": args.config} if args.config and "config" in inspect.signature(run).parameters else {}
+        params = inspect.signature(run).parameters
+        kwargs = {"config": args.config} if args.config and "config" in params else {}
+        if args.baseline and "baseline" in params:
+            kwargs["baseline"] = args.baseline
         print(run(quick=args.quick, **kwargs), flush=True)
     return 0
 
