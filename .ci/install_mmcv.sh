@@ -15,8 +15,9 @@
 #   (GUI build; the headless build gives the same `import cv2`), and mmdet's
 #   extras would pull in mmcv-full / torch builds. Their pure-Python runtime
 #   dependencies are listed explicitly instead.
-# - yapf is pinned: yapf >= 0.40.2 dropped the `verify=` argument that
-#   mmcv.Config.pretty_text passes to FormatCode. 0.32.0 also has no dependencies.
+# - yapf is pinned to 0.40.1: yapf >= 0.40.2 dropped the `verify=` argument that
+#   mmcv.Config.pretty_text passes to FormatCode, and yapf < 0.40 imports lib2to3,
+#   which Python 3.13 removed.
 # - mmcv.runner imports torchvision (model-zoo URLs only) and mmdet.datasets
 #   imports mmcv.ops (compiled); neither is installed here: the tests register
 #   stand-ins, see tests/compat/_mmcv_env.py.
@@ -33,7 +34,7 @@ MMDET_VERSION=2.28.2
 # cv2) and of mmdet's data code (pycocotools, terminaltables, six, matplotlib, scipy).
 RUNTIME_DEPS=(
     "addict"
-    "yapf==0.32.0"
+    "yapf==0.40.1"
     "pyyaml"
     "packaging"
     "Pillow"
@@ -51,7 +52,7 @@ already_installed() {
 import sys
 from importlib import metadata
 
-want = {"mmcv": sys.argv[1], "mmdet": sys.argv[2], "yapf": "0.32.0"}
+want = {"mmcv": sys.argv[1], "mmdet": sys.argv[2], "yapf": "0.40.1"}
 for name, version in want.items():
     try:
         if metadata.version(name) != version:
