@@ -70,10 +70,8 @@ def _name(path: str) -> str:
 
 def _collate(samples: List[Any], samples_per_gpu: int, path: str) -> Any:
     elem = samples[0]
-    if isinstance(elem, DataContainer):
+    if isinstance(elem, DataContainer) or as_container(elem) is not None:
         return _collate_containers(samples, samples_per_gpu, path)
-    if as_container(elem) is not None:  # mmcv's containers (mmdet pipelines) become mmpar's
-        return _collate_containers([_adopted(s) for s in samples], samples_per_gpu, path)
     _check_same_kind(samples, path)
     handler = get_handler(elem)
     if handler is not None:
@@ -111,19 +109,19 @@ def _check_same_kind(samples: List[Any], path: str) -> None:
             )
 
 
-def _adopted(value: Any) -> Any:
-    container = as_container(value)
-    return value if container is None else container
-
-
 def _collate_containers(samples: List[Any], samples_per_gpu: int, path: str) -> DataContainer:
-    elem: DataContainer = samples[0]
+    """Collate one field; ``samples`` (a list of our own) may hold mmcv's containers, adopted in place."""
     for i, s in enumerate(samples):
         if not isinstance(s, DataContainer):
-            raise ValueError(
-                f"{_name(path)}: is a DataContainer in sample 0 but {type(s).__name__} in sample {i}; "
-                "wrap it in every sample or in none"
-            )
+            adopted = as_container(s)
+            if adopted is None:
+                raise ValueError(
+                    f"{_name(path)}: is a DataContainer in sample 0 but {type(s).__name__} in sample {i}; "
+                    "wrap it in every sample or in none"
+                )
+            samples[i] = adopted
+    elem: DataContainer = samples[0]
+    for i, s in enumerate(samples):
         for flag in ("cpu_only", "stack") + (("pad_dims", "size_divisor") if elem.stack else ()):
             if getattr(s, flag) != getattr(elem, flag):
                 raise ValueError(
