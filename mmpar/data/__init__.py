@@ -7,7 +7,13 @@ from .builder import build_dataloader, seed_worker, set_loader_epoch
 from .datasets import CocoDetection, DetectionDataset, SyntheticShapes
 from .padding_stats import PaddingStats, loader_padding_ratio, padding_counts, padding_ratio
 from .registry import DATASETS, TRANSFORMS
-from .samplers import DistributedGroupSampler, DistributedSampler, GroupSampler
+from .samplers import (
+    DistributedGroupSampler,
+    DistributedSampler,
+    GroupSampler,
+    InfiniteBatchSampler,
+    InfiniteGroupBatchSampler,
+)
 from .transforms import (
     Collect,
     Compose,
@@ -32,6 +38,8 @@ __all__ = [
     "DistributedGroupSampler",
     "DistributedSampler",
     "GroupSampler",
+    "InfiniteBatchSampler",
+    "InfiniteGroupBatchSampler",
     "LoadAnnotations",
     "LoadImageFromArray",
     "LoadImageFromFile",
