@@ -9,7 +9,8 @@ i.e. at the start of every epoch. With ``persistent_workers=True`` the workers
 start once, at the first epoch, and their streams then run on across epochs:
 they still differ between epochs and repeat for the same seed when a run goes
 through the same epochs, but resuming at epoch ``e`` does not reproduce the
-streams a run that reached epoch ``e`` had.
+streams a run that reached epoch ``e`` had. The same holds for the endless
+loaders of ``runner_type="IterBasedRunner"``, whose one iterator never ends.
 """
 from __future__ import annotations
 
@@ -175,20 +176,12 @@ def build_dataloader(
     with the same meaning, except that ``dist`` defaults to ``False`` (mmdet:
     ``True``; mmdet's own callers always pass it).
 
-    ==================  ======================================  =============================
-    mode                batch size / workers                    batches from
-    ==================  ======================================  =============================
-    ``dist``            ``samples_per_gpu`` /                    shuffle and groups:
-                        ``workers_per_gpu``                      ``DistributedGroupSampler``,
-                                                                 else ``DistributedSampler``
-    not ``dist``        ``samples_per_gpu * num_gpus`` /         shuffle and groups:
-                        ``workers_per_gpu * num_gpus``           ``GroupSampler``, else
-                                                                 ``DistributedSampler``
-                                                                 with one replica
-    ``IterBasedRunner``  as above                                 shuffle:
-                                                                 ``InfiniteGroupBatchSampler``,
-                                                                 else ``InfiniteBatchSampler``
-    ==================  ======================================  =============================
+    * Batch size and workers: ``samples_per_gpu`` and ``workers_per_gpu`` with
+      ``dist``; times ``num_gpus`` without (one loader feeds ``MMDataParallel``).
+    * Batches: with shuffle and groups, ``DistributedGroupSampler`` (``dist``)
+      or ``GroupSampler``; else ``DistributedSampler`` (one replica without
+      ``dist``). ``runner_type="IterBasedRunner"``: ``InfiniteGroupBatchSampler``
+      with shuffle, else ``InfiniteBatchSampler``.
 
     "Groups" means the dataset has ``flag`` or ``img_sizes`` (see
     :mod:`mmpar.data.samplers`). A group sampler goes in ``loader.batch_sampler``
