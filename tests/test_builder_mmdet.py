@@ -173,6 +173,24 @@ def test_batch_sampler_loader_exposes_the_index_view_as_sampler():
         loader.sampler = SequentialSampler(range(12))
 
 
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_index_view_of_every_batch_form_matches_its_batches(drop_last):
+    ds = Draws(11, flag=[0] * 6 + [1] * 5)
+    forms = [
+        GroupSampler(ds, 2, seed=2, batch_sampler=True, drop_last=drop_last),
+        DistributedGroupSampler(ds, 2, 2, 1, seed=2, batch_sampler=True),
+        InfiniteGroupBatchSampler(ds, 2, seed=2),
+    ]
+    for sampler in forms:
+        batches = list(itertools.islice(iter(sampler), len(sampler)))
+        flat = [i for b in batches for i in b]
+        assert list(itertools.islice(iter(sampler.sampler), len(flat))) == flat
+        assert len(sampler.sampler) == len(flat)
+    assert len(forms[0].sampler) == (10 if drop_last else 11)
+    index_form = GroupSampler(ds, 2, seed=2)
+    assert index_form.sampler is index_form
+
+
 def test_hand_built_loader_reaches_the_epoch_through_batch_sampler_sampler():
     # A user's DataLoader(batch_sampler=...): loader.sampler is torch's SequentialSampler,
     # so DistSamplerSeedHook falls back to loader.batch_sampler.sampler.set_epoch.

@@ -15,9 +15,9 @@ loaders of ``runner_type="IterBasedRunner"``, whose one iterator never ends.
 from __future__ import annotations
 
 import functools
+import inspect
 import random
 import warnings
-import inspect
 from typing import Any, Callable, Dict, Optional
 
 import numpy as np
