@@ -72,6 +72,8 @@ def test_loader_padding_ratio_over_an_epoch():
     assert (stats.padded_pixels, stats.total_pixels) == (total - real, total)
     assert loader_padding_ratio(loader, max_batches=1).batches == 1
     assert loader_padding_ratio(loader, max_batches=0) == PaddingStats()
+    endless = build_dataloader(Images(sizes), 2, 0, shuffle=False, seed=0, runner_type="IterBasedRunner")
+    assert loader_padding_ratio(endless) == stats  # one pass: the same sequential batches, then stop
 
 
 @pytest.mark.parametrize(

@@ -3,11 +3,18 @@ transforms, and the loader that ties them to :func:`mmpar.collate`.
 
 Nothing here imports the model wrappers.
 """
+from .batch_sampler_loader import BatchSamplerLoader
 from .builder import build_dataloader, seed_worker, set_loader_epoch
 from .datasets import CocoDetection, DetectionDataset, SyntheticShapes
 from .padding_stats import PaddingStats, loader_padding_ratio, padding_counts, padding_ratio
 from .registry import DATASETS, TRANSFORMS
-from .samplers import DistributedGroupSampler, DistributedSampler, GroupSampler
+from .samplers import (
+    DistributedGroupSampler,
+    DistributedSampler,
+    GroupSampler,
+    InfiniteBatchSampler,
+    InfiniteGroupBatchSampler,
+)
 from .transforms import (
     Collect,
     Compose,
@@ -22,6 +29,7 @@ from .transforms import (
 )
 
 __all__ = [
+    "BatchSamplerLoader",
     "DATASETS",
     "TRANSFORMS",
     "CocoDetection",
@@ -32,6 +40,8 @@ __all__ = [
     "DistributedGroupSampler",
     "DistributedSampler",
     "GroupSampler",
+    "InfiniteBatchSampler",
+    "InfiniteGroupBatchSampler",
     "LoadAnnotations",
     "LoadImageFromArray",
     "LoadImageFromFile",

@@ -18,7 +18,7 @@ chunk, with the ``size_divisor`` the collate would round up to.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sized
 from dataclasses import dataclass
 from typing import Any, Iterable, List, Optional, Sequence, Tuple
 
@@ -227,7 +227,10 @@ def loader_padding_ratio(
         loader: Yields collated batch mappings (e.g. from
             :func:`mmpar.data.builder.build_dataloader`).
         key: Image field.
-        max_batches: Stop after this many batches (``None``: the whole epoch).
+        max_batches: Stop after this many batches (``None``: the whole epoch,
+            i.e. ``len(loader)`` batches when the loader has a length, so that
+            an endless loader (``runner_type="IterBasedRunner"``) stops after
+            one pass).
         meta_key: Metadata field with ``img_shape`` per image.
 
     Returns:
@@ -241,6 +244,11 @@ def loader_padding_ratio(
             f"loader_padding_ratio: max_batches must be an int >= 0 or None, got {max_batches!r}"
         )
     stats = PaddingStats()
+    if max_batches is None and isinstance(loader, Sized):
+        try:
+            max_batches = len(loader)
+        except TypeError:  # a DataLoader over an IterableDataset without __len__
+            pass
     if max_batches == 0:
         return stats
     for batch in loader:

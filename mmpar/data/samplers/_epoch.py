@@ -1,13 +1,14 @@
 """What every sampler shares: a seed synced over ranks, an epoch, argument checks."""
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 import numpy as np
+from torch.utils.data import Sampler
 
 from mmpar.dist_utils import get_dist_info, sync_random_seed
 
-__all__ = ["EpochSeeded", "check_positive_int", "resolve_replicas", "resolve_seed"]
+__all__ = ["BatchIndexView", "EpochSeeded", "check_positive_int", "resolve_replicas", "resolve_seed"]
 
 
 def check_positive_int(value: Any, name: str, owner: str) -> int:
@@ -116,6 +117,50 @@ class EpochSeeded:
         """Call ``hook(epoch)`` on every later :meth:`set_epoch`."""
         self._epoch_hooks.append(hook)
 
-    def _rng(self) -> np.random.Generator:
+    def _rng(self, epoch: Optional[int] = None) -> np.random.Generator:
         # SeedSequence needs non-negative entries; a negative seed wraps modulo 2**64.
-        return np.random.default_rng([self._seed % (1 << 64), self._epoch])
+        return np.random.default_rng([self._seed % (1 << 64), self._epoch if epoch is None else epoch])
+
+
+class BatchIndexView(Sampler):
+    """The index-level face of a batch sampler: its batches flattened, its epoch controls.
+
+    A batch sampler of this package exposes one as ``.sampler``, as torch's
+    ``BatchSampler`` exposes the sampler it wraps, and the loaders of
+    :func:`mmpar.data.builder.build_dataloader` expose the same object as
+    ``loader.sampler``. So the two ways mmcv 1.x reaches an epoch-aware sampler,
+    ``loader.sampler.set_epoch(e)`` (``DistSamplerSeedHook``, ``IterLoader``)
+    and ``loader.batch_sampler.sampler.set_epoch(e)`` (``DistSamplerSeedHook``
+    when the first has no ``set_epoch``), both land on the batch sampler's own
+    :meth:`EpochSeeded.set_epoch`, with its epoch hooks.
+
+    Args:
+        owner: The batch sampler; iterating it yields lists of indices.
+        num_indices: Indices it yields per epoch (per pass when infinite).
+    """
+
+    def __init__(self, owner: EpochSeeded, num_indices: int) -> None:
+        self._owner = owner
+        self._num_indices = int(num_indices)
+
+    @property
+    def owner(self) -> EpochSeeded:
+        """The batch sampler this view belongs to."""
+        return self._owner
+
+    @property
+    def epoch(self) -> int:
+        """The owner's current epoch."""
+        return self._owner.epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Call the owner's ``set_epoch(epoch)`` (same checks, same hooks)."""
+        self._owner.set_epoch(epoch)
+
+    def __iter__(self) -> Iterator[int]:
+        for batch in self._owner:  # type: ignore[attr-defined]
+            yield from batch
+
+    def __len__(self) -> int:
+        """Indices per epoch of the owner (per pass for an infinite one)."""
+        return self._num_indices

@@ -8,7 +8,7 @@ from torch.utils.data import Sampler
 
 from ._batching import plan_batches
 from ._dataset_info import dataset_length, group_ids, image_sizes
-from ._epoch import EpochSeeded, check_positive_int, resolve_replicas
+from ._epoch import BatchIndexView, EpochSeeded, check_positive_int, resolve_replicas
 
 __all__ = ["DistributedGroupSampler"]
 
@@ -40,7 +40,9 @@ class DistributedGroupSampler(EpochSeeded, Sampler):
 
     Usable as an index sampler (``DataLoader(sampler=..., batch_size=
     samples_per_gpu)``: every batch is full, so the index stream stays aligned)
-    or, with ``batch_sampler=True``, as ``DataLoader(batch_sampler=...)``.
+    or, with ``batch_sampler=True``, as ``DataLoader(batch_sampler=...)``; its
+    :attr:`sampler` then reaches :meth:`set_epoch` the way mmcv's hooks look
+    for it (``loader.batch_sampler.sampler.set_epoch``).
 
     Args:
         dataset: Sized dataset, optionally with ``flag`` and ``img_sizes``.
@@ -90,14 +92,26 @@ class DistributedGroupSampler(EpochSeeded, Sampler):
         total = int(np.ceil(group_sizes / self.samples_per_gpu).sum())
         self.num_batches = -(-total // self.num_replicas)
         self._init_epoch(seed, owner, shuffle)
+        self._index_view = BatchIndexView(self, self.num_batches * self.samples_per_gpu)
+
+    @property
+    def sampler(self) -> Sampler:
+        """The index-level sampler: this object in index form, else a
+        :class:`~mmpar.data.samplers._epoch.BatchIndexView` whose ``set_epoch``
+        is this sampler's."""
+        return self._index_view if self.batch_sampler else self
 
     def batches(self) -> List[List[int]]:
         """This rank's batches of the current epoch, each of ``samples_per_gpu``."""
+        return self.epoch_batches(self.epoch)
+
+    def epoch_batches(self, epoch: int) -> List[List[int]]:
+        """This rank's batches of ``epoch`` (any epoch, without selecting it)."""
         plan = plan_batches(
             self.flag,
             self.sizes,
             self.samples_per_gpu,
-            self._rng() if self.shuffle else None,
+            self._rng(epoch) if self.shuffle else None,
             self.size_aware,
             self.pool_batches,
             fill=True,

@@ -8,7 +8,7 @@ from torch.utils.data import Sampler
 
 from ._batching import plan_batches
 from ._dataset_info import dataset_length, group_ids, image_sizes
-from ._epoch import EpochSeeded, check_positive_int
+from ._epoch import BatchIndexView, EpochSeeded, check_positive_int
 
 __all__ = ["GroupSampler"]
 
@@ -28,6 +28,8 @@ class GroupSampler(EpochSeeded, Sampler):
       uses; pass it as ``DataLoader(batch_sampler=...)``): yields lists of
       indices. Every sample comes exactly once per epoch; the last batch of each
       group may be short (``drop_last=True`` drops those short batches instead).
+      Its :attr:`sampler` (the indices, flattened) carries :meth:`set_epoch` for
+      hooks that call ``loader.batch_sampler.sampler.set_epoch``.
     * ``batch_sampler=False`` (pass as ``DataLoader(sampler=..., batch_size=B)``
       with ``B = samples_per_gpu * num_gpus``): yields indices whose consecutive
       runs of ``B`` form the batches. To keep that alignment, each group of
@@ -104,6 +106,16 @@ class GroupSampler(EpochSeeded, Sampler):
         self.sizes = image_sizes(dataset, owner) if size_aware else None
         self.group_sizes = np.bincount(np.unique(self.flag, return_inverse=True)[1].ravel())
         self._init_epoch(seed, owner, shuffle)
+        full, short = np.divmod(self.group_sizes, self.batch_size)
+        kept = int(full.sum()) * self.batch_size + (0 if self.drop_last else int(short.sum()))
+        self._index_view = BatchIndexView(self, kept)
+
+    @property
+    def sampler(self) -> Sampler:
+        """The index-level sampler: this object in index form, else a
+        :class:`~mmpar.data.samplers._epoch.BatchIndexView` whose ``set_epoch``
+        is this sampler's."""
+        return self._index_view if self.batch_sampler else self
 
     def batches(self) -> List[List[int]]:
         """The batches of the current epoch, as :meth:`__iter__` yields them."""
