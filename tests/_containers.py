@@ -3,11 +3,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from mmpar.data_container import DataContainer
+from mmpar.data_container import container_classes
 
 
 def has_container(obj: Any) -> bool:
-    if isinstance(obj, DataContainer):
+    """Whether ``obj`` holds a container of mmpar or (once loaded) mmcv 1.x."""
+    if isinstance(obj, container_classes()):
         return True
     if isinstance(obj, dict):
         return any(has_container(v) for v in obj.values())

@@ -11,6 +11,7 @@ from torch import nn
 from mmpar import DataContainer, MMDataParallel, MMDistributedDataParallel, as_container, collate, scatter, to_device
 from mmpar.data_container import container_classes
 from mmpar.transfer import pin_memory
+from tests._containers import has_container
 from tests.compat._mmcv_env import requires_mmcv
 
 pytestmark = requires_mmcv
@@ -56,16 +57,6 @@ def _assert_same(a: Any, b: Any) -> None:
             _assert_same(x, y)
     else:
         assert a == b
-
-
-def _holds_container(obj: Any) -> bool:
-    if isinstance(obj, container_classes()):
-        return True
-    if isinstance(obj, dict):
-        return any(_holds_container(v) for v in obj.values())
-    if isinstance(obj, (list, tuple)):
-        return any(_holds_container(v) for v in obj)
-    return False
 
 
 def test_as_container_adopts_mmcv_containers_without_copying(mmcv_parallel: Any) -> None:
@@ -125,14 +116,14 @@ def test_a_field_wrapped_in_some_samples_only_names_the_field(mmcv_parallel: Any
 def test_scatter_of_an_mmcv_collated_batch_equals_scatter_of_mmpar_s(mmcv_parallel: Any) -> None:
     theirs = scatter(mmcv_parallel.collate(_samples(mmcv_parallel.DataContainer), 2), ["cpu", "cpu", "cpu"])
     ours = scatter(collate(_samples(DataContainer), 2), ["cpu", "cpu", "cpu"])
-    assert len(theirs) == 3 and not _holds_container(theirs)
+    assert len(theirs) == 3 and not has_container(theirs)
     _assert_same(theirs, ours)
 
 
 def test_to_device_unwraps_an_mmcv_batch(mmcv_parallel: Any) -> None:
     batch = mmcv_parallel.collate(_samples(mmcv_parallel.DataContainer), samples_per_gpu=5)
     moved = to_device(batch, "cpu")
-    assert not _holds_container(moved)
+    assert not has_container(moved)
     assert moved["img"].shape == (5, 3, 14, 14) and moved["img_metas"][4]["index"] == 4
 
 
@@ -156,7 +147,7 @@ class _Detector(nn.Module):
         self.scale = nn.Parameter(torch.ones(()))
 
     def forward(self, img: torch.Tensor, img_metas: list, gt_bboxes: list, seg: torch.Tensor, plain: torch.Tensor) -> dict:
-        assert not _holds_container([img, img_metas, gt_bboxes, seg, plain]), "a container reached the model"
+        assert not has_container([img, img_metas, gt_bboxes, seg, plain]), "a container reached the model"
         return {"loss": (img * self.scale).mean(), "n": len(img_metas), "boxes": len(gt_bboxes)}
 
     def train_step(self, data: dict, optimizer: Any) -> dict:
