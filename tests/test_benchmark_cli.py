@@ -32,3 +32,14 @@ def test_unknown_section_is_a_usage_error_listing_the_sections() -> None:
     proc = _run("nonsense")
     assert proc.returncode == 2
     assert "unknown section(s) ['nonsense']" in proc.stderr and "'collate'" in proc.stderr
+
+
+@pytest.mark.slow
+def test_quick_hotpath_section_compares_this_tree_with_a_baseline_revision() -> None:
+    proc = _run("--quick", "hotpath", "--baseline", "HEAD")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    assert "## Hot path: collate and scatter per batch" in out and "| baseline HEAD (us) |" in out
+    for row in ("| collate, detection fields |", "| scatter to 2 targets |"):
+        assert row in out
+    assert "Target: this tree at most 5% slower than `HEAD`" in out
