@@ -18,7 +18,7 @@ import torch
 from ._structures import map_structure
 from .type_handlers import get_handler, is_registered
 
-__all__ = ["PACK_LIMIT", "move", "pack", "unpack", "to_device_batched", "pin_memory"]
+__all__ = ["PACK_LIMIT", "BatchedTransfer", "move", "pack", "unpack", "to_device_batched", "pin_memory", "pin_tensor"]
 
 #: Tensors of at most this many bytes travel packed into one copy per device.
 PACK_LIMIT = 1 << 20
@@ -68,6 +68,121 @@ def _copy_stream(device: torch.device) -> "torch.cuda.Stream":
     return stream
 
 
+class BatchedTransfer:
+    """Collects the tensors bound for one CUDA device and moves them in as few copies as possible.
+
+    :meth:`add` starts the copy of a large CPU tensor at once, on the device's side
+    stream, so that the DMA engine works while the caller walks the rest of the
+    batch; small CPU tensors wait for :meth:`finish`, which packs them with one
+    ``torch.cat`` per ``(dtype, trailing shape)`` group into one pinned buffer,
+    copies that buffer in one ``non_blocking`` copy, and cuts it back into views
+    with one ``torch.split`` per group. The current stream then waits on the side
+    stream and every output records the current stream, so the caching allocator
+    does not hand out its memory while the consumer may still read it.
+
+    Args:
+        device: A CUDA device.
+        dtype: If given, floating-point tensors are cast to it on the device.
+
+    Raises:
+        ValueError: ``device`` is not a CUDA device.
+    """
+
+    def __init__(self, device: torch.device, dtype: Optional[torch.dtype] = None) -> None:
+        if device.type != "cuda":
+            raise ValueError(f"BatchedTransfer: device must be a CUDA device, got {device}")
+        self.device = device if device.index is not None else torch.device("cuda", torch.cuda.current_device())
+        self.dtype = dtype
+        self._out: List[Optional[torch.Tensor]] = []
+        self._small: List[int] = []
+        self._copied: List[torch.Tensor] = []
+        self._current = torch.cuda.current_stream(self.device)
+        self._stream = _copy_stream(self.device)
+
+    def add(self, t: torch.Tensor) -> int:
+        """Register ``t``; returns its index in what :meth:`finish` returns."""
+        index = len(self._out)
+        self._out.append(None)
+        if t.device.type != "cpu":  # already on a GPU: an ordinary ordered copy on the current stream
+            self._out[index] = t.to(self.device, non_blocking=True)
+        elif t.numel() * t.element_size() <= PACK_LIMIT and not _tracks_grad(t):
+            self._out[index] = t
+            self._small.append(index)
+        else:
+            # Packing copies bytes and so detaches: tensors that carry autograd history
+            # (a data_parallel input requiring grad) travel by ``.to`` like large ones.
+            with torch.cuda.device(self.device), torch.cuda.stream(self._stream):
+                moved = t.to(self.device, non_blocking=True)
+            self._out[index] = moved
+            self._copied.append(moved)
+        return index
+
+    def finish(self) -> List[torch.Tensor]:
+        """Copy the small tensors, order the streams and return every tensor moved, in order."""
+        out = self._out
+        if self._small:
+            with torch.cuda.device(self.device), torch.cuda.stream(self._stream):
+                views, buffer = _packed_copy([out[i] for i in self._small], self.device)
+            self._copied.append(buffer)
+            for i, view in zip(self._small, views):
+                out[i] = view
+        if self._copied:
+            self._current.wait_stream(self._stream)
+            for t in self._copied:
+                t.record_stream(self._current)
+        self._out, self._small, self._copied = [], [], []
+        return [_cast(t, self.dtype) for t in out]  # casts run on the current stream
+
+
+def _packed_copy(
+    tensors: Sequence[torch.Tensor], device: torch.device, pin: bool = True
+) -> Tuple[List[torch.Tensor], torch.Tensor]:
+    """Copy CPU tensors to ``device`` in one pinned buffer; returns their device views and the device buffer.
+
+    Tensors of one dtype and one trailing shape (all boxes ``(K, 4)`` float32, all
+    labels ``(K,)`` int64) are one group: one ``torch.cat`` writes them into the
+    pinned buffer, one ``torch.split`` cuts their views out of the device copy.
+    Each group starts at a multiple of 64 bytes, so every dtype may view it.
+    """
+    groups: Dict[Tuple[torch.dtype, Optional[Tuple[int, ...]]], List[int]] = {}
+    for j, t in enumerate(tensors):
+        key = (t.dtype, tuple(t.shape[1:]) if t.dim() else None)
+        members = groups.get(key)
+        if members is None:
+            groups[key] = [j]
+        else:
+            members.append(j)
+    plan = []  # (key, members, rows, offset, nbytes)
+    offset = 0
+    for key, members in groups.items():
+        dtype, trailing = key
+        rows = len(members) if trailing is None else sum(tensors[j].shape[0] for j in members)
+        per_row = 1
+        for size in trailing or ():
+            per_row *= size
+        nbytes = rows * per_row * dtype.itemsize
+        plan.append((key, members, rows, offset, nbytes))
+        offset += -(-nbytes // _ALIGN) * _ALIGN
+    host = torch.empty(max(offset, _ALIGN), dtype=torch.uint8, pin_memory=pin)
+    for (dtype, trailing), members, rows, start, nbytes in plan:
+        dst = host[start : start + nbytes].view(dtype)
+        if trailing is None:
+            torch.stack([tensors[j] for j in members], out=dst)
+        else:
+            torch.cat([tensors[j] for j in members], dim=0, out=dst.view((rows,) + trailing))
+    on_device = host.to(device, non_blocking=True)
+    views: List[Optional[torch.Tensor]] = [None] * len(tensors)
+    for (dtype, trailing), members, rows, start, nbytes in plan:
+        src = on_device[start : start + nbytes].view(dtype)
+        if trailing is None:
+            pieces: Sequence[torch.Tensor] = src.unbind(0)
+        else:
+            pieces = torch.split(src.view((rows,) + trailing), [tensors[j].shape[0] for j in members], dim=0)
+        for j, piece in zip(members, pieces):
+            views[j] = piece
+    return views, on_device  # type: ignore[return-value]
+
+
 def to_device_batched(
     tensors: Sequence[torch.Tensor], device: torch.device, dtype: Optional[torch.dtype] = None
 ) -> List[torch.Tensor]:
@@ -77,7 +192,7 @@ def to_device_batched(
     CUDA target, CPU tensors of at most :data:`PACK_LIMIT` bytes go in one packed
     copy, larger ones (and ones that require grad, so autograd sees the copy)
     each in their own; all host-to-device copies run on a side
-    stream that the current stream then waits on.
+    stream that the current stream then waits on (see :class:`BatchedTransfer`).
 
     Args:
         tensors: Tensors on any devices.
@@ -89,32 +204,10 @@ def to_device_batched(
     """
     if device.type != "cuda":
         return [move(t, device, dtype) for t in tensors]
-    out: List[Optional[torch.Tensor]] = [None] * len(tensors)
-    # Packing copies bytes and so detaches: tensors that carry autograd history
-    # (a data_parallel input requiring grad) travel by ``.to`` like large ones.
-    packable = [t.device.type == "cpu" and _nbytes(t) <= PACK_LIMIT and not _tracks_grad(t) for t in tensors]
-    small = [i for i, ok in enumerate(packable) if ok]
-    large = [i for i, (t, ok) in enumerate(zip(tensors, packable)) if t.device.type == "cpu" and not ok]
-    for i, t in enumerate(tensors):
-        if t.device.type != "cpu":  # already on a GPU: an ordinary ordered copy
-            out[i] = t.to(device, non_blocking=True)
-    current = torch.cuda.current_stream(device)
-    stream = _copy_stream(device)
-    copied: List[torch.Tensor] = []
-    with torch.cuda.device(device), torch.cuda.stream(stream):
-        if small:
-            buffer, layout = pack([tensors[i] for i in small], pin=True)
-            on_device = buffer.to(device, non_blocking=True)
-            copied.append(on_device)
-            for i, view in zip(small, unpack(on_device, layout)):
-                out[i] = view
-        for i in large:
-            out[i] = tensors[i].to(device, non_blocking=True)
-            copied.append(out[i])
-    current.wait_stream(stream)
-    for t in copied:
-        t.record_stream(current)
-    return [_cast(t, dtype) for t in out]  # casts run on the current stream
+    transfer = BatchedTransfer(device, dtype)
+    for t in tensors:
+        transfer.add(t)
+    return transfer.finish()
 
 
 def _tracks_grad(t: torch.Tensor) -> bool:
@@ -147,9 +240,25 @@ def pin_memory(data: Any) -> Any:
     return map_structure(data, _pin_leaf, is_leaf=is_registered)
 
 
+def pin_tensor(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in pinned memory, empty tensors included.
+
+    ``Tensor.pin_memory()`` leaves a tensor of 0 elements unpinned (it has no
+    bytes, so no page-locked allocation is made and ``is_pinned()`` stays False).
+    Here it becomes a 0-element view of a small pinned block, so that every tensor
+    of a pinned batch reports ``is_pinned()`` and takes the same copy paths.
+    """
+    if t.numel() == 0:
+        if t.is_pinned():
+            return t
+        empty = torch.empty(_ALIGN, dtype=torch.uint8, pin_memory=True)[:0].view(t.dtype).view(t.shape)
+        return empty.requires_grad_() if t.requires_grad else empty
+    return t.pin_memory()
+
+
 def _pin_leaf(obj: Any) -> Any:
     if isinstance(obj, torch.Tensor):
-        return obj.pin_memory()
+        return pin_tensor(obj)
     handler = get_handler(obj)
     if handler is not None:
         return handler.pin_memory(obj)
