@@ -120,7 +120,9 @@ class MMDataParallel(DataParallel):
         if not self.device_ids:
             args, kw = self._on_one_device(inputs, kwargs, _CPU)
             return self.module(*args, **kw)
-        return super().forward(*inputs, **kwargs)  # checks the module's device itself
+        # torch's own check raises a RuntimeError that names no parameter; this one names it.
+        check_module_device(self.module, self.src_device_obj)
+        return super().forward(*inputs, **kwargs)
 
     def train_step(self, *inputs: Any, **kwargs: Any) -> Any:
         """``module.train_step`` on the unwrapped inputs, on one device.
