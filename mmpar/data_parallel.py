@@ -10,6 +10,7 @@ from torch.nn.parallel import DataParallel, replicate
 
 from .devices import Target, resolve_device, resolve_targets
 from .parallel_apply import default_devices, parallel_apply, scatter_batch
+from .device_norm import normalize_scattered
 from .scatter_gather import gather, scatter_kwargs
 
 __all__ = ["MMDataParallel", "data_parallel", "check_module_device"]
@@ -142,8 +143,10 @@ class MMDataParallel(DataParallel):
     def scatter(
         self, inputs: Tuple[Any, ...], kwargs: Optional[Dict[str, Any]], device_ids: Sequence[Target]
     ) -> Tuple[Tuple[Tuple[Any, ...], ...], Tuple[Dict[str, Any], ...]]:
-        """Container-aware split of ``inputs``/``kwargs`` over ``device_ids``."""
-        return scatter_kwargs(inputs, kwargs, list(device_ids), dim=self.dim)
+        """Container-aware split of ``inputs``/``kwargs`` over ``device_ids``; images that
+        the pipeline left for the device (``Normalize(on_device=True)``) are normalized
+        there (see :mod:`mmpar.device_norm`)."""
+        return normalize_scattered(scatter_kwargs(inputs, kwargs, list(device_ids), dim=self.dim))
 
     def gather(self, outputs: Sequence[Any], output_device: Target) -> Any:
         """Merge per-device outputs onto ``output_device`` (lists concatenated in order)."""
