@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,3 +33,9 @@ def test_unknown_section_is_a_usage_error_listing_the_sections() -> None:
     proc = _run("nonsense")
     assert proc.returncode == 2
     assert "unknown section(s) ['nonsense']" in proc.stderr and "'collate'" in proc.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the section runs for minutes; run it by hand")
+def test_gpu_section_skips_without_cuda() -> None:
+    proc = _run("gpu")
+    assert "## GPU" in proc.stdout and "Skipped: CUDA is not available" in proc.stdout
