@@ -60,9 +60,11 @@ class _Target:
     def move_tree(self, obj: Any) -> Any:
         """Move every tensor in ``obj`` (a container's chunk); numpy arrays become tensors."""
         if self.device.type != "cpu" and type(obj) is list and obj and all(type(t) is torch.Tensor for t in obj):
-            start = self.count
-            for t in obj:  # the common chunk, a list of per-image tensors: one placeholder for all
-                self._add(t)
+            if self.transfer is None:
+                self.transfer = BatchedTransfer(self.device, self.dtype)
+            # The common chunk, a list of per-image tensors: one group, one placeholder for all.
+            start = self.transfer.add_list(obj)
+            self.count = start + len(obj)
             return _PendingList(start, self.count)
         return map_tensors(obj, self.move, self.device, numpy_too=True)
 

@@ -11,6 +11,8 @@ while the consumer may still read it.
 """
 from __future__ import annotations
 
+import bisect
+import itertools
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -76,9 +78,11 @@ class BatchedTransfer:
     batch; small CPU tensors wait for :meth:`finish`, which packs them with one
     ``torch.cat`` per ``(dtype, trailing shape)`` group into one pinned buffer,
     copies that buffer in one ``non_blocking`` copy, and cuts it back into views
-    with one ``torch.split`` per group. The current stream then waits on the side
-    stream and every output records the current stream, so the caching allocator
-    does not hand out its memory while the consumer may still read it.
+    with one ``torch.split`` per group. :meth:`add_list` takes a whole list (a
+    container's per-image boxes) as one group without looking at every tensor
+    twice. The current stream then waits on the side stream and every output
+    records the current stream, so the caching allocator does not hand out its
+    memory while the consumer may still read it.
 
     Args:
         device: A CUDA device.
@@ -93,8 +97,9 @@ class BatchedTransfer:
             raise ValueError(f"BatchedTransfer: device must be a CUDA device, got {device}")
         self.device = device if device.index is not None else torch.device("cuda", torch.cuda.current_device())
         self.dtype = dtype
-        self._out: List[Optional[torch.Tensor]] = []
-        self._small: List[int] = []
+        self._out: List[Any] = []
+        self._groups: List[_Group] = []
+        self._singles: Dict[Any, _Group] = {}
         self._copied: List[torch.Tensor] = []
         self._current = torch.cuda.current_stream(self.device)
         self._stream = _copy_stream(self.device)
@@ -102,12 +107,16 @@ class BatchedTransfer:
     def add(self, t: torch.Tensor) -> int:
         """Register ``t``; returns its index in what :meth:`finish` returns."""
         index = len(self._out)
-        self._out.append(None)
-        if t.device.type != "cpu":  # already on a GPU: an ordinary ordered copy on the current stream
+        self._out.append(t)
+        if not t.is_cpu:  # already on a GPU: an ordinary ordered copy on the current stream
             self._out[index] = t.to(self.device, non_blocking=True)
-        elif t.numel() * t.element_size() <= PACK_LIMIT and not _tracks_grad(t):
-            self._out[index] = t
-            self._small.append(index)
+        elif t.nbytes <= PACK_LIMIT and not _tracks_grad(t):
+            key = (t.dtype, tuple(t.shape[1:]) if t.dim() else None)
+            group = self._singles.get(key)
+            if group is None:
+                group = self._singles[key] = _Group(t.dtype, key[1])
+                self._groups.append(group)
+            group.add(index, t)
         else:
             # Packing copies bytes and so detaches: tensors that carry autograd history
             # (a data_parallel input requiring grad) travel by ``.to`` like large ones.
@@ -117,70 +126,122 @@ class BatchedTransfer:
             self._copied.append(moved)
         return index
 
+    def add_list(self, tensors: List[torch.Tensor]) -> int:
+        """Register a list of tensors; returns the index of the first (the others follow in order).
+
+        Small CPU tensors of one dtype with at least one dimension (per-image boxes
+        or labels) become one group; any other list is added tensor by tensor.
+        """
+        start = len(self._out)
+        first = tensors[0] if tensors else None
+        grad = torch.is_grad_enabled()
+        if (
+            first is not None
+            and first.dim() > 0
+            and all(t.is_cpu and t.nbytes <= PACK_LIMIT and not (grad and t.requires_grad) for t in tensors)
+            and len({t.dtype for t in tensors}) == 1
+        ):
+            self._out.extend(tensors)
+            group = _Group(first.dtype, tuple(first.shape[1:]))
+            group.indices = range(start, start + len(tensors))
+            group.tensors = tensors
+            self._groups.append(group)
+        else:
+            for t in tensors:
+                self.add(t)
+        return start
+
     def finish(self) -> List[torch.Tensor]:
         """Copy the small tensors, order the streams and return every tensor moved, in order."""
         out = self._out
-        if self._small:
+        if self._groups:
             with torch.cuda.device(self.device), torch.cuda.stream(self._stream):
-                views, buffer = _packed_copy([out[i] for i in self._small], self.device)
+                buffer = _packed_copy(self._groups, out, self.device)
             self._copied.append(buffer)
-            for i, view in zip(self._small, views):
-                out[i] = view
         if self._copied:
             self._current.wait_stream(self._stream)
             for t in self._copied:
                 t.record_stream(self._current)
-        self._out, self._small, self._copied = [], [], []
+        self._out, self._groups, self._singles, self._copied = [], [], {}, []
+        if self.dtype is None:
+            return out
         return [_cast(t, self.dtype) for t in out]  # casts run on the current stream
 
 
-def _packed_copy(
-    tensors: Sequence[torch.Tensor], device: torch.device, pin: bool = True
-) -> Tuple[List[torch.Tensor], torch.Tensor]:
-    """Copy CPU tensors to ``device`` in one pinned buffer; returns their device views and the device buffer.
+class _Group:
+    """Small tensors of one dtype and one trailing shape (``None``: 0-dim), and their output indices."""
 
-    Tensors of one dtype and one trailing shape (all boxes ``(K, 4)`` float32, all
-    labels ``(K,)`` int64) are one group: one ``torch.cat`` writes them into the
-    pinned buffer, one ``torch.split`` cuts their views out of the device copy.
-    Each group starts at a multiple of 64 bytes, so every dtype may view it.
+    __slots__ = ("dtype", "trailing", "indices", "tensors")
+
+    def __init__(self, dtype: torch.dtype, trailing: Optional[Tuple[int, ...]]) -> None:
+        self.dtype = dtype
+        self.trailing = trailing
+        self.indices: Sequence[int] = []
+        self.tensors: List[torch.Tensor] = []
+
+    def add(self, index: int, t: torch.Tensor) -> None:
+        self.indices.append(index)  # type: ignore[attr-defined]
+        self.tensors.append(t)
+
+
+#: Elements below which ``torch.cat`` copies serially; above it, it starts threads per input.
+_SERIAL_CAT = 32767
+
+
+def _cat_rows(tensors: List[torch.Tensor], sizes: List[int], per_row: int, out: torch.Tensor) -> None:
+    """``torch.cat(tensors, out=out)`` in pieces small enough for its serial kernel (many
+    small inputs otherwise cost a parallel region each)."""
+    if len(tensors) < 16 or out.numel() <= _SERIAL_CAT:
+        torch.cat(tensors, dim=0, out=out)
+        return
+    ends = list(itertools.accumulate(sizes))
+    rows = max(1, _SERIAL_CAT // max(per_row, 1))
+    i, row = 0, 0
+    while i < len(tensors):
+        j = max(bisect.bisect_right(ends, row + rows, i), i + 1)
+        torch.cat(tensors[i:j], dim=0, out=out[row : ends[j - 1]])
+        i, row = j, ends[j - 1]
+
+
+def _packed_copy(groups: List[_Group], out: List[Any], device: torch.device, pin: bool = True) -> torch.Tensor:
+    """Copy each group's CPU tensors to ``device`` through one pinned buffer; their
+    device views go into ``out`` at the groups' indices. Returns the device buffer.
+
+    One ``torch.cat`` writes a group into the pinned buffer, one ``torch.split``
+    cuts its views out of the device copy. Each group starts at a multiple of 64
+    bytes, so every dtype may view it.
     """
-    groups: Dict[Tuple[torch.dtype, Optional[Tuple[int, ...]]], List[int]] = {}
-    for j, t in enumerate(tensors):
-        key = (t.dtype, tuple(t.shape[1:]) if t.dim() else None)
-        members = groups.get(key)
-        if members is None:
-            groups[key] = [j]
-        else:
-            members.append(j)
-    plan = []  # (key, members, rows, offset, nbytes)
+    plan = []  # (group, sizes, rows, per_row, offset, nbytes)
     offset = 0
-    for key, members in groups.items():
-        dtype, trailing = key
-        rows = len(members) if trailing is None else sum(tensors[j].shape[0] for j in members)
+    for group in groups:
         per_row = 1
-        for size in trailing or ():
+        for size in group.trailing or ():
             per_row *= size
-        nbytes = rows * per_row * dtype.itemsize
-        plan.append((key, members, rows, offset, nbytes))
+        sizes = [1] * len(group.tensors) if group.trailing is None else [t.shape[0] for t in group.tensors]
+        rows = sum(sizes)
+        nbytes = rows * per_row * group.dtype.itemsize
+        plan.append((group, sizes, rows, per_row, offset, nbytes))
         offset += -(-nbytes // _ALIGN) * _ALIGN
     host = torch.empty(max(offset, _ALIGN), dtype=torch.uint8, pin_memory=pin)
-    for (dtype, trailing), members, rows, start, nbytes in plan:
-        dst = host[start : start + nbytes].view(dtype)
-        if trailing is None:
-            torch.stack([tensors[j] for j in members], out=dst)
+    for group, sizes, rows, per_row, start, nbytes in plan:
+        dst = host[start : start + nbytes].view(group.dtype)
+        if group.trailing is None:
+            torch.stack(group.tensors, out=dst)
         else:
-            torch.cat([tensors[j] for j in members], dim=0, out=dst.view((rows,) + trailing))
+            _cat_rows(group.tensors, sizes, per_row, dst.view((rows,) + group.trailing))
     on_device = host.to(device, non_blocking=True)
-    views: List[Optional[torch.Tensor]] = [None] * len(tensors)
-    for (dtype, trailing), members, rows, start, nbytes in plan:
-        src = on_device[start : start + nbytes].view(dtype)
-        if trailing is None:
+    for group, sizes, rows, per_row, start, nbytes in plan:
+        src = on_device[start : start + nbytes].view(group.dtype)
+        if group.trailing is None:
             pieces: Sequence[torch.Tensor] = src.unbind(0)
         else:
-            pieces = torch.split(src.view((rows,) + trailing), [tensors[j].shape[0] for j in members], dim=0)
-        for j, piece in zip(members, pieces):
-            views[j] = piece
-    return views, on_device  # type: ignore[return-value]
+            pieces = torch.split(src.view((rows,) + group.trailing), sizes, dim=0)
+        if isinstance(group.indices, range):
+            out[group.indices.start : group.indices.stop] = pieces
+        else:
+            for j, piece in zip(group.indices, pieces):
+                out[j] = piece
+    return on_device
 
 
 def to_device_batched(
@@ -205,8 +266,7 @@ def to_device_batched(
     if device.type != "cuda":
         return [move(t, device, dtype) for t in tensors]
     transfer = BatchedTransfer(device, dtype)
-    for t in tensors:
-        transfer.add(t)
+    transfer.add_list(list(tensors))
     return transfer.finish()
 
 
