@@ -205,6 +205,17 @@ def _rate(wrapped: nn.Module, optimizer: torch.optim.Optimizer, batches: Any, it
     return images / (time.perf_counter() - start)
 
 
+def _loader_rate(loader: Any, iters: int) -> float:
+    """Images/s of the loader with nothing consuming its batches (after 3 warm-up batches)."""
+    it = iter(loader)
+    for _ in range(3):
+        next(it)
+    start, images = time.perf_counter(), 0
+    for _ in range(iters):
+        images += next(it)["img"].data[0].shape[0]
+    return images / (time.perf_counter() - start)
+
+
 def _cycle(items: Sequence[Any]) -> Any:
     while True:
         yield from items
@@ -227,11 +238,13 @@ def pipeline(quick: bool) -> List[str]:
         loader = build_dataloader(_BigImages(n, on_device), 16, 8, shuffle=False, seed=0, pin_memory=pin,
                                   persistent_workers=False)
         rate = _rate(wrapped, optimizer, loader, iters)
+        alone = _loader_rate(build_dataloader(_BigImages(n, on_device), 16, 8, shuffle=False, seed=0, pin_memory=pin),
+                             iters)
         if not ideal_rates:  # the ideal: the same batches, already on the GPU, normalized
             cached = [wrapped.scatter((b,), {}, [0])[0][0][0] for b in itertools.islice(loader, 4)]
             ideal_rates.append(_rate(wrapped, optimizer, _cycle(cached), iters, direct=True))
         pin_label = "default (pinned with CUDA)" if pin is None else str(pin)
-        rows.append((label, pin_label, rate))
+        rows.append((label, pin_label, rate, alone))
     ideal = ideal_rates[0]
     net = "torchvision ResNet-50" if "resnet" in type(model.net).__name__.lower() else "own ResNet-like net"
     lines = [
@@ -241,11 +254,11 @@ def pipeline(quick: bool) -> List[str]:
         f"(Normalize, Pad 32, format, collect), `MMDataParallel.train_step`; {iters} steps after 3 warm-up steps. "
         f"Ideal: the batch already on the GPU: **{ideal:.0f} images/s**.",
         "",
-        "| images in the loader | pin_memory | images/s | share of ideal |",
-        "|---|---|---:|---:|",
+        "| images in the loader | pin_memory | images/s | share of ideal | the loader alone, images/s |",
+        "|---|---|---:|---:|---:|",
     ]
-    for label, pin_label, rate in rows:
-        lines.append(f"| {label} | {pin_label} | {rate:.0f} | **{rate / ideal:.2f}** |")
+    for label, pin_label, rate, alone in rows:
+        lines.append(f"| {label} | {pin_label} | {rate:.0f} | **{rate / ideal:.2f}** | {alone:.0f} |")
     return lines + [""]
 
 
