@@ -20,6 +20,7 @@ from .dist_utils import (
     master_only,
     sync_random_seed,
 )
+from .device_norm import normalize_batch
 from .module_wrappers import MODULE_WRAPPERS, is_module_wrapper, unwrap_module
 from .parallel_apply import parallel_apply
 from .registry import Registry
@@ -80,6 +81,7 @@ __all__ = [
     "data_parallel",
     "destroy_dist",
     "gather",
+    "normalize_batch",
     "get_dist_info",
     "init_dist",
     "is_main_process",

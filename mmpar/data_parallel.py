@@ -11,6 +11,7 @@ from torch.nn.parallel import DataParallel, replicate
 from .devices import Target, resolve_device, resolve_targets
 from .module_wrappers import MODULE_WRAPPERS
 from .parallel_apply import default_devices, parallel_apply, scatter_batch
+from .device_norm import normalize_scattered
 from .scatter_gather import gather, scatter_kwargs
 
 __all__ = ["MMDataParallel", "data_parallel", "check_module_device"]
@@ -122,7 +123,9 @@ class MMDataParallel(DataParallel):
         if not self.device_ids:
             args, kw = self._on_one_device(inputs, kwargs, _CPU)
             return self.module(*args, **kw)
-        return super().forward(*inputs, **kwargs)  # checks the module's device itself
+        # torch's own check raises a RuntimeError that names no parameter; this one names it.
+        check_module_device(self.module, self.src_device_obj)
+        return super().forward(*inputs, **kwargs)
 
     def train_step(self, *inputs: Any, **kwargs: Any) -> Any:
         """``module.train_step`` on the unwrapped inputs, on one device.
@@ -142,8 +145,10 @@ class MMDataParallel(DataParallel):
     def scatter(
         self, inputs: Tuple[Any, ...], kwargs: Optional[Dict[str, Any]], device_ids: Sequence[Target]
     ) -> Tuple[Tuple[Tuple[Any, ...], ...], Tuple[Dict[str, Any], ...]]:
-        """Container-aware split of ``inputs``/``kwargs`` over ``device_ids``."""
-        return scatter_kwargs(inputs, kwargs, list(device_ids), dim=self.dim)
+        """Container-aware split of ``inputs``/``kwargs`` over ``device_ids``; images that
+        the pipeline left for the device (``Normalize(on_device=True)``) are normalized
+        there (see :mod:`mmpar.device_norm`)."""
+        return normalize_scattered(scatter_kwargs(inputs, kwargs, list(device_ids), dim=self.dim))
 
     def gather(self, outputs: Sequence[Any], output_device: Target) -> Any:
         """Merge per-device outputs onto ``output_device`` (lists concatenated in order)."""

@@ -26,6 +26,7 @@ __all__ = [
     "LAUNCHERS",
     "all_gather_object_list",
     "barrier",
+    "check_gpu_per_process",
     "collect_results",
     "collective_device",
     "destroy_dist",
@@ -72,7 +73,10 @@ def init_dist(
     ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT`` so
     that the code that follows sees a torchrun-like environment.
 
-    With CUDA the current device becomes ``local_rank % device_count``.
+    With an nccl backend the current device becomes ``local_rank % device_count``,
+    after :func:`check_gpu_per_process` has made sure that no two processes of
+    the node would share one GPU (nccl refuses that, deep inside its first
+    collective). Other backends (gloo) leave CUDA alone: the run is on the CPU.
 
     Args:
         launcher: One of :data:`LAUNCHERS`.
@@ -86,7 +90,8 @@ def init_dist(
 
     Raises:
         ValueError: unknown launcher, missing or malformed environment
-            variables, a non-positive timeout, a bad port, or ``kwargs``
+            variables, a non-positive timeout, a bad port, more nccl processes
+            on this node than visible GPUs, or ``kwargs``
             holding ``init_method``/``rank``/``world_size``/``store``.
         TypeError: ``backend`` is not a string or ``timeout`` not a number or
             timedelta.
@@ -126,13 +131,70 @@ def init_dist(
             MASTER_ADDR=addr,
             MASTER_PORT=str(_master_port(port, os.environ)),
         )
-    if torch.cuda.is_available():
-        torch.cuda.set_device(local_rank % torch.cuda.device_count())
     if backend is None:
         backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if "nccl" in backend and torch.cuda.is_available():
+        count = torch.cuda.device_count()
+        check_gpu_per_process(launcher, local_rank, _local_world_size(launcher, os.environ), count)
+        torch.cuda.set_device(local_rank % count)
     dist.init_process_group(
         backend, init_method="env://", rank=rank, world_size=world_size, timeout=timeout, **kwargs
     )
+
+
+def check_gpu_per_process(
+    launcher: str, local_rank: int, local_world_size: Optional[int], device_count: int
+) -> None:
+    """Check that every process of this node gets a GPU of its own (for nccl).
+
+    Process ``local_rank`` of a node uses ``cuda:<local_rank % device_count>``.
+    With more processes than visible GPUs two ranks would share one, which nccl
+    refuses ("Duplicate GPU detected") only inside the first collective. One
+    exception: under SLURM a task that sees exactly one GPU has been given its
+    own (``--gpus-per-task=1``, ``--gpu-bind=single:1``), whatever its local id.
+
+    Args:
+        launcher: One of :data:`LAUNCHERS`.
+        local_rank: This process's index on its node.
+        local_world_size: Processes on this node (torchrun's ``LOCAL_WORLD_SIZE``,
+            OpenMPI's ``OMPI_COMM_WORLD_LOCAL_SIZE``, SLURM's tasks on the node),
+            ``None`` when unknown.
+        device_count: GPUs visible to this process.
+
+    Raises:
+        ValueError: Two processes would share a GPU; the message gives the counts
+            and the fixes (fewer processes, or the gloo backend on the CPU).
+    """
+    if device_count < 1:
+        return
+    if launcher == "slurm" and device_count == 1:
+        return  # one visible GPU per task: SLURM bound each task to its own
+    processes = max(local_world_size or 0, local_rank + 1)
+    if processes <= device_count:
+        return
+    raise ValueError(
+        f"init_dist: {processes} processes on this node but {device_count} visible GPU(s): with the nccl "
+        f"backend every process needs a GPU of its own, and local rank {local_rank} would share "
+        f"cuda:{local_rank % device_count}. Start at most {device_count} process(es) per node "
+        f"(torchrun --nproc_per_node={device_count}, or tools/dist_train.sh CONFIG {device_count}), "
+        "or use the gloo backend, which runs on the CPU "
+        "(init_dist(..., backend='gloo'); in the tools --cfg-options dist_params.backend=gloo)"
+    )
+
+
+def _local_world_size(launcher: str, env: Mapping[str, str]) -> Optional[int]:
+    """Processes on this node as the launcher reports it, or ``None``."""
+    names = {
+        "pytorch": ("LOCAL_WORLD_SIZE",),
+        "mpi": ("OMPI_COMM_WORLD_LOCAL_SIZE",),
+        "slurm": ("SLURM_NTASKS_PER_NODE", "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"),
+    }[launcher]
+    for name in names:
+        value = env.get(name, "")
+        head = value.split("(")[0].split(",")[0]  # SLURM writes "2(x3),1" for uneven nodes
+        if head.isdigit():
+            return int(head)
+    return None
 
 
 def _as_timedelta(timeout: Union[float, datetime.timedelta]) -> datetime.timedelta:

@@ -10,6 +10,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from .devices import Target
 from .module_wrappers import MODULE_WRAPPERS, unwrap_module
+from .device_norm import normalize_scattered
 from .scatter_gather import scatter_kwargs
 
 __all__ = ["MMDistributedDataParallel", "params_without_grad"]
@@ -80,8 +81,10 @@ class MMDistributedDataParallel(DistributedDataParallel):
     def scatter(
         self, inputs: Tuple[Any, ...], kwargs: Optional[Dict[str, Any]], device_ids: Sequence[Target]
     ) -> Tuple[Tuple[Tuple[Any, ...], ...], Tuple[Dict[str, Any], ...]]:
-        """Container-aware split of ``inputs``/``kwargs`` over ``device_ids``."""
-        return scatter_kwargs(inputs, kwargs, list(device_ids), dim=self.dim)
+        """Container-aware split of ``inputs``/``kwargs`` over ``device_ids``; images that
+        the pipeline left for the device (``Normalize(on_device=True)``) are normalized
+        there (see :mod:`mmpar.device_norm`)."""
+        return normalize_scattered(scatter_kwargs(inputs, kwargs, list(device_ids), dim=self.dim))
 
     def to_kwargs(
         self, inputs: Tuple[Any, ...], kwargs: Optional[Dict[str, Any]], device_id: Target
@@ -92,7 +95,7 @@ class MMDistributedDataParallel(DistributedDataParallel):
         :meth:`val_step` call it before DDP's forward (torch 2.x's DDP no longer
         calls a ``to_kwargs`` method; it then finds the tensors already in place).
         """
-        return scatter_kwargs(inputs, kwargs, [device_id], dim=self.dim)
+        return normalize_scattered(scatter_kwargs(inputs, kwargs, [device_id], dim=self.dim))
 
     def params_without_grad(self) -> List[str]:
         """Names (as in the wrapped module) of trainable parameters whose ``grad`` is None."""

@@ -12,7 +12,7 @@ from ._scatter_plan import Plan, container_chunks, make_plan, torch_chunk_sizes
 from ._structures import child_path, dataclass_fields, is_dataclass_instance, is_namedtuple, map_structure, rebuild_mapping
 from .data_container import as_container
 from .devices import Target, resolve_device, resolve_targets
-from .transfer import move, to_device_batched
+from .transfer import BatchedTransfer, move
 from .type_handlers import get_handler, is_registered
 
 __all__ = ["scatter", "scatter_kwargs", "gather", "to_device"]
@@ -27,34 +27,66 @@ class _Pending:
         self.index = index
 
 
+class _PendingList:
+    """Stands in for a plain list of tensors (a container's chunk of boxes or labels)."""
+
+    __slots__ = ("start", "stop")
+
+    def __init__(self, start: int, stop: int) -> None:
+        self.start = start
+        self.stop = stop
+
+
 class _Target:
     """One target of a scatter: moves (or, on CUDA, collects) the tensors bound for it."""
 
     def __init__(self, device: torch.device, dtype: Optional[torch.dtype]) -> None:
         self.device = device
         self.dtype = dtype
-        self.pending: List[torch.Tensor] = []
+        self.transfer: Optional[BatchedTransfer] = None
+        self.count = 0
+
+    def _add(self, t: torch.Tensor) -> int:
+        if self.transfer is None:
+            self.transfer = BatchedTransfer(self.device, self.dtype)
+        self.count += 1
+        return self.transfer.add(t)
 
     def move(self, t: torch.Tensor) -> Any:
         if self.device.type == "cpu":
             return move(t, self.device, self.dtype)
-        self.pending.append(t)
-        return _Pending(len(self.pending) - 1)
+        return _Pending(self._add(t))
 
     def move_tree(self, obj: Any) -> Any:
         """Move every tensor in ``obj`` (a container's chunk); numpy arrays become tensors."""
+        if self.device.type != "cpu" and type(obj) is list and obj and all(type(t) is torch.Tensor for t in obj):
+            if self.transfer is None:
+                self.transfer = BatchedTransfer(self.device, self.dtype)
+            # The common chunk, a list of per-image tensors: one group, one placeholder for all.
+            start = self.transfer.add_list(obj)
+            self.count = start + len(obj)
+            return _PendingList(start, self.count)
         return map_tensors(obj, self.move, self.device, numpy_too=True)
 
     def finish(self, obj: Any) -> Any:
-        if not self.pending:
+        if self.transfer is None:
             return obj
-        moved = to_device_batched(self.pending, self.device, self.dtype)
+        moved = self.transfer.finish()
+        self.transfer, self.count = None, 0
         return _fill(obj, moved)
 
 
 def _fill(obj: Any, moved: List[torch.Tensor]) -> Any:
     """Replace every :class:`_Pending` in ``obj``; unchanged parts keep their identity."""
-    return map_structure(obj, lambda leaf: moved[leaf.index] if isinstance(leaf, _Pending) else leaf)
+
+    def leaf(x: Any) -> Any:
+        if isinstance(x, _Pending):
+            return moved[x.index]
+        if isinstance(x, _PendingList):
+            return moved[x.start : x.stop]
+        return x
+
+    return map_structure(obj, leaf)
 
 
 def _split(obj: Any, plan: Plan, targets: List[_Target], path: str) -> Optional[List[Any]]:

@@ -11,6 +11,8 @@ while the consumer may still read it.
 """
 from __future__ import annotations
 
+import bisect
+import itertools
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -19,7 +21,7 @@ from ._structures import map_structure
 from .data_container import as_container
 from .type_handlers import get_handler, is_registered
 
-__all__ = ["PACK_LIMIT", "move", "pack", "unpack", "to_device_batched", "pin_memory"]
+__all__ = ["PACK_LIMIT", "BatchedTransfer", "move", "pack", "unpack", "to_device_batched", "pin_memory", "pin_tensor"]
 
 #: Tensors of at most this many bytes travel packed into one copy per device.
 PACK_LIMIT = 1 << 20
@@ -69,6 +71,180 @@ def _copy_stream(device: torch.device) -> "torch.cuda.Stream":
     return stream
 
 
+class BatchedTransfer:
+    """Collects the tensors bound for one CUDA device and moves them in as few copies as possible.
+
+    :meth:`add` starts the copy of a large CPU tensor at once, on the device's side
+    stream, so that the DMA engine works while the caller walks the rest of the
+    batch; small CPU tensors wait for :meth:`finish`, which packs them with one
+    ``torch.cat`` per ``(dtype, trailing shape)`` group into one pinned buffer,
+    copies that buffer in one ``non_blocking`` copy, and cuts it back into views
+    with one ``torch.split`` per group. :meth:`add_list` takes a whole list (a
+    container's per-image boxes) as one group without looking at every tensor
+    twice. The current stream then waits on the side stream and every output
+    records the current stream, so the caching allocator does not hand out its
+    memory while the consumer may still read it.
+
+    Args:
+        device: A CUDA device.
+        dtype: If given, floating-point tensors are cast to it on the device.
+
+    Raises:
+        ValueError: ``device`` is not a CUDA device.
+    """
+
+    def __init__(self, device: torch.device, dtype: Optional[torch.dtype] = None) -> None:
+        if device.type != "cuda":
+            raise ValueError(f"BatchedTransfer: device must be a CUDA device, got {device}")
+        self.device = device if device.index is not None else torch.device("cuda", torch.cuda.current_device())
+        self.dtype = dtype
+        self._out: List[Any] = []
+        self._groups: List[_Group] = []
+        self._singles: Dict[Any, _Group] = {}
+        self._copied: List[torch.Tensor] = []
+        self._current = torch.cuda.current_stream(self.device)
+        self._stream = _copy_stream(self.device)
+
+    def add(self, t: torch.Tensor) -> int:
+        """Register ``t``; returns its index in what :meth:`finish` returns."""
+        index = len(self._out)
+        self._out.append(t)
+        if not t.is_cpu:  # already on a GPU: an ordinary ordered copy on the current stream
+            self._out[index] = t.to(self.device, non_blocking=True)
+        elif t.nbytes <= PACK_LIMIT and not _tracks_grad(t):
+            key = (t.dtype, tuple(t.shape[1:]) if t.dim() else None)
+            group = self._singles.get(key)
+            if group is None:
+                group = self._singles[key] = _Group(t.dtype, key[1])
+                self._groups.append(group)
+            group.add(index, t)
+        else:
+            # Packing copies bytes and so detaches: tensors that carry autograd history
+            # (a data_parallel input requiring grad) travel by ``.to`` like large ones.
+            with torch.cuda.device(self.device), torch.cuda.stream(self._stream):
+                moved = t.to(self.device, non_blocking=True)
+            self._out[index] = moved
+            self._copied.append(moved)
+        return index
+
+    def add_list(self, tensors: List[torch.Tensor]) -> int:
+        """Register a list of tensors; returns the index of the first (the others follow in order).
+
+        Small CPU tensors of one dtype with at least one dimension (per-image boxes
+        or labels) become one group; any other list is added tensor by tensor.
+        """
+        start = len(self._out)
+        first = tensors[0] if tensors else None
+        grad = torch.is_grad_enabled()
+        if (
+            first is not None
+            and first.dim() > 0
+            and all(t.is_cpu and t.nbytes <= PACK_LIMIT and not (grad and t.requires_grad) for t in tensors)
+            and len({t.dtype for t in tensors}) == 1
+        ):
+            self._out.extend(tensors)
+            group = _Group(first.dtype, tuple(first.shape[1:]))
+            group.indices = range(start, start + len(tensors))
+            group.tensors = tensors
+            self._groups.append(group)
+        else:
+            for t in tensors:
+                self.add(t)
+        return start
+
+    def finish(self) -> List[torch.Tensor]:
+        """Copy the small tensors, order the streams and return every tensor moved, in order."""
+        out = self._out
+        if self._groups:
+            with torch.cuda.device(self.device), torch.cuda.stream(self._stream):
+                buffer = _packed_copy(self._groups, out, self.device)
+            self._copied.append(buffer)
+        if self._copied:
+            self._current.wait_stream(self._stream)
+            for t in self._copied:
+                t.record_stream(self._current)
+        self._out, self._groups, self._singles, self._copied = [], [], {}, []
+        if self.dtype is None:
+            return out
+        return [_cast(t, self.dtype) for t in out]  # casts run on the current stream
+
+
+class _Group:
+    """Small tensors of one dtype and one trailing shape (``None``: 0-dim), and their output indices."""
+
+    __slots__ = ("dtype", "trailing", "indices", "tensors")
+
+    def __init__(self, dtype: torch.dtype, trailing: Optional[Tuple[int, ...]]) -> None:
+        self.dtype = dtype
+        self.trailing = trailing
+        self.indices: Sequence[int] = []
+        self.tensors: List[torch.Tensor] = []
+
+    def add(self, index: int, t: torch.Tensor) -> None:
+        self.indices.append(index)  # type: ignore[attr-defined]
+        self.tensors.append(t)
+
+
+#: Elements below which ``torch.cat`` copies serially; above it, it starts threads per input.
+_SERIAL_CAT = 32767
+
+
+def _cat_rows(tensors: List[torch.Tensor], sizes: List[int], per_row: int, out: torch.Tensor) -> None:
+    """``torch.cat(tensors, out=out)`` in pieces small enough for its serial kernel (many
+    small inputs otherwise cost a parallel region each)."""
+    if len(tensors) < 16 or out.numel() <= _SERIAL_CAT:
+        torch.cat(tensors, dim=0, out=out)
+        return
+    ends = list(itertools.accumulate(sizes))
+    rows = max(1, _SERIAL_CAT // max(per_row, 1))
+    i, row = 0, 0
+    while i < len(tensors):
+        j = max(bisect.bisect_right(ends, row + rows, i), i + 1)
+        torch.cat(tensors[i:j], dim=0, out=out[row : ends[j - 1]])
+        i, row = j, ends[j - 1]
+
+
+def _packed_copy(groups: List[_Group], out: List[Any], device: torch.device, pin: bool = True) -> torch.Tensor:
+    """Copy each group's CPU tensors to ``device`` through one pinned buffer; their
+    device views go into ``out`` at the groups' indices. Returns the device buffer.
+
+    One ``torch.cat`` writes a group into the pinned buffer, one ``torch.split``
+    cuts its views out of the device copy. Each group starts at a multiple of 64
+    bytes, so every dtype may view it.
+    """
+    plan = []  # (group, sizes, rows, per_row, offset, nbytes)
+    offset = 0
+    for group in groups:
+        per_row = 1
+        for size in group.trailing or ():
+            per_row *= size
+        sizes = [1] * len(group.tensors) if group.trailing is None else [t.shape[0] for t in group.tensors]
+        rows = sum(sizes)
+        nbytes = rows * per_row * group.dtype.itemsize
+        plan.append((group, sizes, rows, per_row, offset, nbytes))
+        offset += -(-nbytes // _ALIGN) * _ALIGN
+    host = torch.empty(max(offset, _ALIGN), dtype=torch.uint8, pin_memory=pin)
+    for group, sizes, rows, per_row, start, nbytes in plan:
+        dst = host[start : start + nbytes].view(group.dtype)
+        if group.trailing is None:
+            torch.stack(group.tensors, out=dst)
+        else:
+            _cat_rows(group.tensors, sizes, per_row, dst.view((rows,) + group.trailing))
+    on_device = host.to(device, non_blocking=True)
+    for group, sizes, rows, per_row, start, nbytes in plan:
+        src = on_device[start : start + nbytes].view(group.dtype)
+        if group.trailing is None:
+            pieces: Sequence[torch.Tensor] = src.unbind(0)
+        else:
+            pieces = torch.split(src.view((rows,) + group.trailing), sizes, dim=0)
+        if isinstance(group.indices, range):
+            out[group.indices.start : group.indices.stop] = pieces
+        else:
+            for j, piece in zip(group.indices, pieces):
+                out[j] = piece
+    return on_device
+
+
 def to_device_batched(
     tensors: Sequence[torch.Tensor], device: torch.device, dtype: Optional[torch.dtype] = None
 ) -> List[torch.Tensor]:
@@ -78,7 +254,7 @@ def to_device_batched(
     CUDA target, CPU tensors of at most :data:`PACK_LIMIT` bytes go in one packed
     copy, larger ones (and ones that require grad, so autograd sees the copy)
     each in their own; all host-to-device copies run on a side
-    stream that the current stream then waits on.
+    stream that the current stream then waits on (see :class:`BatchedTransfer`).
 
     Args:
         tensors: Tensors on any devices.
@@ -90,32 +266,9 @@ def to_device_batched(
     """
     if device.type != "cuda":
         return [move(t, device, dtype) for t in tensors]
-    out: List[Optional[torch.Tensor]] = [None] * len(tensors)
-    # Packing copies bytes and so detaches: tensors that carry autograd history
-    # (a data_parallel input requiring grad) travel by ``.to`` like large ones.
-    packable = [t.device.type == "cpu" and _nbytes(t) <= PACK_LIMIT and not _tracks_grad(t) for t in tensors]
-    small = [i for i, ok in enumerate(packable) if ok]
-    large = [i for i, (t, ok) in enumerate(zip(tensors, packable)) if t.device.type == "cpu" and not ok]
-    for i, t in enumerate(tensors):
-        if t.device.type != "cpu":  # already on a GPU: an ordinary ordered copy
-            out[i] = t.to(device, non_blocking=True)
-    current = torch.cuda.current_stream(device)
-    stream = _copy_stream(device)
-    copied: List[torch.Tensor] = []
-    with torch.cuda.device(device), torch.cuda.stream(stream):
-        if small:
-            buffer, layout = pack([tensors[i] for i in small], pin=True)
-            on_device = buffer.to(device, non_blocking=True)
-            copied.append(on_device)
-            for i, view in zip(small, unpack(on_device, layout)):
-                out[i] = view
-        for i in large:
-            out[i] = tensors[i].to(device, non_blocking=True)
-            copied.append(out[i])
-    current.wait_stream(stream)
-    for t in copied:
-        t.record_stream(current)
-    return [_cast(t, dtype) for t in out]  # casts run on the current stream
+    transfer = BatchedTransfer(device, dtype)
+    transfer.add_list(list(tensors))
+    return transfer.finish()
 
 
 def _tracks_grad(t: torch.Tensor) -> bool:
@@ -148,9 +301,25 @@ def pin_memory(data: Any) -> Any:
     return map_structure(data, _pin_leaf, is_leaf=is_registered)
 
 
+def pin_tensor(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in pinned memory, empty tensors included.
+
+    ``Tensor.pin_memory()`` leaves a tensor of 0 elements unpinned (it has no
+    bytes, so no page-locked allocation is made and ``is_pinned()`` stays False).
+    Here it becomes a 0-element view of a small pinned block, so that every tensor
+    of a pinned batch reports ``is_pinned()`` and takes the same copy paths.
+    """
+    if t.numel() == 0:
+        if t.is_pinned():
+            return t
+        empty = torch.empty(_ALIGN, dtype=torch.uint8, pin_memory=True)[:0].view(t.dtype).view(t.shape)
+        return empty.requires_grad_() if t.requires_grad else empty
+    return t.pin_memory()
+
+
 def _pin_leaf(obj: Any) -> Any:
     if isinstance(obj, torch.Tensor):
-        return obj.pin_memory()
+        return pin_tensor(obj)
     handler = get_handler(obj)
     if handler is not None:
         return handler.pin_memory(obj)

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,3 +44,9 @@ def test_quick_hotpath_section_compares_this_tree_with_a_baseline_revision() -> 
     for row in ("| collate, detection fields |", "| scatter to 2 targets |"):
         assert row in out
     assert "Target: this tree at most 5% slower than `HEAD`" in out
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the section runs for minutes; run it by hand")
+def test_gpu_section_skips_without_cuda() -> None:
+    proc = _run("gpu")
+    assert "## GPU" in proc.stdout and "Skipped: CUDA is not available" in proc.stdout

@@ -30,9 +30,13 @@ OPTIONS = [f"runner.max_epochs={EPOCHS}", "data.train.num_samples=16", "data.sam
 RUN_TIMEOUT = 120
 
 
+# Resumed and uninterrupted runs are compared bit for bit: on a GPU that needs --deterministic.
+BITWISE = ["--deterministic"] if torch.cuda.is_available() else []
+
+
 def _command(work_dir: Path, *extra: str) -> List[str]:
     return [sys.executable, "tools/train.py", CONFIG, "--work-dir", str(work_dir), "--seed", "3", "--no-validate",
-            *extra, "--cfg-options", *OPTIONS]
+            *BITWISE, *extra, "--cfg-options", *OPTIONS]
 
 
 def _env() -> Dict[str, str]:

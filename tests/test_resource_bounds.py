@@ -102,7 +102,7 @@ def test_scatter_to_cuda_keeps_no_batch_alive_after_the_step() -> None:
     torch.cuda.synchronize()
     baseline = torch.cuda.memory_allocated(device)
     for _ in range(3):
-        batch = _batch(12)
+        batch = _batch(6)  # two chunks of 3: one per listed target
         pieces = scatter(batch, [0, 0])
         watched = [weakref.ref(p["img"]) for p in pieces]
         watched += [weakref.ref(b) for p in pieces for b in p["gt_bboxes"]]

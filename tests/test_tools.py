@@ -34,8 +34,15 @@ def run_tool(args: List[str], check: bool = True, env: Optional[dict] = None) ->
     return proc
 
 
+# GPU kernels are not deterministic by default: runs whose parameters are compared bit
+# for bit use --deterministic there (on the CPU they are deterministic without it).
+BITWISE = ["--deterministic"] if torch.cuda.is_available() else []
+# Two processes on a machine with fewer than two GPUs: gloo, which runs on the CPU.
+GLOO = [] if torch.cuda.device_count() >= 2 else ["dist_params.backend='gloo'"]
+
+
 def train(work_dir: Path, *extra: str, options: List[str] = TINY, check: bool = True) -> subprocess.CompletedProcess:
-    return run_tool(["tools/train.py", CONFIG, "--work-dir", str(work_dir), "--seed", "3", *extra,
+    return run_tool(["tools/train.py", CONFIG, "--work-dir", str(work_dir), "--seed", "3", *BITWISE, *extra,
                      "--cfg-options", *options], check=check)
 
 
@@ -175,18 +182,21 @@ def test_corrupt_resume_checkpoint_fails_clearly(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_torchrun_two_gloo_processes_train_and_test(trained: Path, tmp_path: Path) -> None:
     torchrun = ["-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}"]
-    options = TINY + ["runner.max_epochs=1", "data.samples_per_gpu=4"]
+    options = TINY + ["runner.max_epochs=1", "data.samples_per_gpu=4"] + GLOO
     proc = run_tool([*torchrun, "tools/train.py", CONFIG, "--work-dir", str(tmp_path / "dist"), "--seed", "3",
                      "--launcher", "pytorch", "--cfg-options", *options])
     assert "2 process(es), launcher pytorch" in proc.stdout
+    if GLOO and torch.cuda.is_available():
+        assert "training on the CPU although CUDA is available: the gloo backend" in proc.stdout
     checkpoint = torch.load(tmp_path / "dist" / "latest.pth", weights_only=True)
     assert checkpoint["meta"]["world_size"] == 2 and checkpoint["meta"]["epoch"] == 1
     # Distributed testing: every image once, in dataset order: the same detections as one process.
     torchrun[-1] = f"--master_port={free_port()}"
     run_tool([*torchrun, "tools/test.py", CONFIG, str(trained / "latest.pth"), "--launcher", "pytorch",
-              "--out", str(tmp_path / "dist.json"), "--eval", "--cfg-options", *TINY])
+              "--out", str(tmp_path / "dist.json"), "--eval", "--cfg-options", *TINY, *GLOO])
+    # Where the processes ran on the CPU (gloo), so does the reference: the same arithmetic.
     run_tool(["tools/test.py", CONFIG, str(trained / "latest.pth"), "--out", str(tmp_path / "single.json"),
-              "--cfg-options", *TINY])
+              "--cfg-options", *TINY], env={"CUDA_VISIBLE_DEVICES": ""} if GLOO else None)
     dist_results = json.loads((tmp_path / "dist.json").read_text())
     single_results = json.loads((tmp_path / "single.json").read_text())
     assert len(dist_results) == len(single_results) == 8
@@ -200,12 +210,12 @@ def test_torchrun_two_gloo_processes_train_and_test(trained: Path, tmp_path: Pat
 def test_torchrun_resume_restores_every_ranks_random_streams(tmp_path: Path) -> None:
     # No DataLoader workers: each rank flips images with its own main-process
     # stream (seeded seed + rank); resuming must give every rank its own stream back.
-    options = TINY + ["data.samples_per_gpu=4", "data.workers_per_gpu=0"]
+    options = TINY + ["data.samples_per_gpu=4", "data.workers_per_gpu=0"] + GLOO
 
     def torchrun_train(work_dir: Path, *extra: str, epochs: int = 2) -> None:
         run_tool(["-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
                   "tools/train.py", CONFIG, "--work-dir", str(work_dir), "--seed", "5", "--no-validate",
-                  "--launcher", "pytorch", *extra, "--cfg-options", *options, f"runner.max_epochs={epochs}"])
+                  "--launcher", "pytorch", *BITWISE, *extra, "--cfg-options", *options, f"runner.max_epochs={epochs}"])
 
     torchrun_train(tmp_path / "whole")
     torchrun_train(tmp_path / "split", epochs=1)
@@ -217,6 +227,30 @@ def test_torchrun_resume_restores_every_ranks_random_streams(tmp_path: Path) -> 
     whole = torch.load(tmp_path / "whole" / "latest.pth", weights_only=True)["state_dict"]
     resumed = torch.load(tmp_path / "split" / "latest.pth", weights_only=True)["state_dict"]
     assert all(torch.equal(whole[k], resumed[k]) for k in whole)
+
+
+@pytest.mark.slow
+@pytest.mark.cuda
+@pytest.mark.skipif(torch.cuda.device_count() != 1, reason="needs a machine with exactly one GPU")
+def test_torchrun_two_nccl_processes_on_one_gpu_stop_with_a_clear_error(tmp_path: Path) -> None:
+    proc = run_tool(["-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
+                     "tools/train.py", CONFIG, "--work-dir", str(tmp_path), "--launcher", "pytorch",
+                     "--cfg-options", *TINY], check=False)
+    assert proc.returncode != 0
+    assert "2 processes on this node but 1 visible GPU(s)" in proc.stderr, proc.stderr[-3000:]
+    assert "dist_params.backend=gloo" in proc.stderr and "Duplicate GPU" not in proc.stderr + proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_torchrun_one_nccl_process_trains_on_the_gpu(tmp_path: Path) -> None:
+    options = TINY + ["runner.max_epochs=1", "dist_params.backend='nccl'"]
+    proc = run_tool(["-m", "torch.distributed.run", "--nproc_per_node=1", f"--master_port={free_port()}",
+                     "tools/train.py", CONFIG, "--work-dir", str(tmp_path), "--seed", "3", "--launcher", "pytorch",
+                     "--cfg-options", *options])
+    assert "training on cuda:0" in proc.stdout
+    assert torch.load(tmp_path / "latest.pth", weights_only=True)["meta"]["world_size"] == 1
 
 
 def test_lr_schedule_step_warmup_and_cosine() -> None:

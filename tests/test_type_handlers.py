@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from mmpar import DataContainer, collate, gather, pin_memory, register_type, scatter, to_device, unregister_type
+from mmpar.transfer import pin_tensor
 from mmpar.type_handlers import TypeHandler, get_handler
 
 
@@ -34,7 +35,9 @@ class BoxList:
         return BoxList([b.to(device) for b in self.boxes])
 
     def pin_memory(self) -> "BoxList":
-        return BoxList([b.pin_memory() for b in self.boxes])
+        # pin_tensor, not Tensor.pin_memory: an image without boxes is a 0-element tensor,
+        # which torch leaves unpinned.
+        return BoxList([pin_tensor(b) for b in self.boxes])
 
 
 class RotatedBoxList(BoxList):

@@ -34,7 +34,7 @@ from mmpar.runner.checkpoint import load_checkpoint
 from mmpar.runner.cli import (add_cfg_options, add_launcher_args, check_choices, fail, load_config,
                               resolve_work_dir, start_launcher)
 from mmpar.runner.inference import class_rows, evaluate_map, eval_samples_per_gpu, run_inference
-from mmpar.runner.launch import wrap_model
+from mmpar.runner.launch import run_device, wrap_model
 
 METRICS = ("mAP",)
 OUT_FORMATS = (".pkl", ".json")
@@ -94,8 +94,9 @@ def main(argv=None) -> int:
 
     dataset = build_dataset(cfg.data.test, test_mode=True)
     data_cfg = cfg.data
+    pin = None if run_device(distributed).type == "cuda" else False  # None: pinned with CUDA
     loader = build_dataloader(dataset, eval_samples_per_gpu(data_cfg),
-                              data_cfg.workers_per_gpu, dist=distributed, shuffle=False, seed=0)
+                              data_cfg.workers_per_gpu, dist=distributed, shuffle=False, seed=0, pin_memory=pin)
     model = build_model(cfg.model)
     load_checkpoint(args.checkpoint, model)
     model = wrap_model(model, distributed)

@@ -13,6 +13,7 @@ Config files are Python and run as code: only use configs you trust.
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import sys
 import time
@@ -32,9 +33,9 @@ from mmpar.models.builder import build_dataset, build_model
 from mmpar.runner.apis import train_model
 from mmpar.runner.checkpoint import find_latest_checkpoint, load_checkpoint
 from mmpar.runner.cli import add_cfg_options, add_launcher_args, fail, load_config, resolve_work_dir, start_launcher
-from mmpar.runner.launch import scale_lr
+from mmpar.runner.launch import run_device, scale_lr
 from mmpar.runner.logger import get_logger
-from mmpar.runner.rng import set_random_seed
+from mmpar.runner.rng import DETERMINISTIC_CUBLAS, set_random_seed
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -83,6 +84,9 @@ def main(argv=None) -> int:
     cfg = load_config(args.config, args.cfg_options)
     work_dir = resolve_work_dir(args.work_dir, cfg, args.config)
     resume_meta = _resolve_resume(args, cfg, work_dir)
+    if args.deterministic or cfg.get("deterministic"):
+        # Read by cuBLAS when CUDA starts: before the launcher picks this process's GPU.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", DETERMINISTIC_CUBLAS)
     distributed = start_launcher(args.launcher, args.local_rank, cfg)
     rank, world_size = get_dist_info()
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -96,6 +100,12 @@ def main(argv=None) -> int:
     logger.info(f"python {platform.python_version()}, torch {torch.__version__}, numpy {np.__version__}, "
                 f"CUDA {'available' if torch.cuda.is_available() else 'not available'}, "
                 f"{world_size} process(es), launcher {args.launcher}")
+    device = run_device(distributed)
+    if device.type == "cpu" and torch.cuda.is_available():
+        logger.info(f"training on the CPU although CUDA is available: the {torch.distributed.get_backend()} "
+                    "backend runs on the CPU (nccl would use the GPUs)")
+    else:
+        logger.info(f"training on {device}")
     seed = _resolve_seed(args, cfg, resume_meta)
     deterministic = bool(args.deterministic or cfg.get("deterministic"))
     cfg["seed"], cfg["deterministic"] = seed, deterministic

@@ -166,7 +166,7 @@ def build_dataloader(
     class_aware_sampler: Optional[Dict[str, Any]] = None,
     *,
     drop_last: bool = False,
-    pin_memory: bool = False,
+    pin_memory: Optional[bool] = None,
     size_aware: bool = False,
     **kwargs: Any,
 ) -> DataLoader:
@@ -225,7 +225,10 @@ def build_dataloader(
         drop_last: Drop short batches instead of yielding them. With
             ``DistributedGroupSampler`` and the endless samplers every batch
             is full, so nothing is dropped.
-        pin_memory: Passed to ``DataLoader``.
+        pin_memory: Passed to ``DataLoader``; ``None`` (the default) pins when
+            CUDA is available, so that host-to-GPU copies run at full speed and
+            asynchronously (unpinned float32 batches cost up to 9x the input
+            throughput on a GPU, see docs/benchmarks.md).
         size_aware: Batch images of similar shape together (group samplers only).
         **kwargs: Other ``DataLoader`` arguments (e.g. ``collate_fn`` to
             override, a ``worker_init_fn`` that runs after the seeding,
@@ -247,6 +250,8 @@ def build_dataloader(
     samples_per_gpu = check_positive_int(samples_per_gpu, "samples_per_gpu", "build_dataloader")
     num_gpus = check_positive_int(num_gpus, "num_gpus", "build_dataloader")
     _check_arguments(workers_per_gpu, runner_type, class_aware_sampler, kwargs)
+    if pin_memory is None:
+        pin_memory = torch.cuda.is_available()
     rank, world_size = get_dist_info() if dist else (0, 1)
     gpus = 1 if dist else num_gpus
     num_workers = workers_per_gpu * gpus

@@ -16,7 +16,7 @@ from mmpar.models.builder import build_optimizer
 from .checkpoint import load_checkpoint, remove_stale_temporaries, save_checkpoint, update_latest
 from .inference import (class_rows, eval_samples_per_gpu, evaluate_map, multi_gpu_test, run_inference,
                         single_gpu_test)
-from .launch import wrap_model
+from .launch import run_device, wrap_model
 from .logger import JsonLogWriter
 from .lr_schedule import check_lr_config
 from .rng import get_rng_state, set_rng_state
@@ -107,8 +107,10 @@ def train_model(
     json_log = JsonLogWriter(work_dir / f"{timestamp or time.strftime('%Y%m%d_%H%M%S')}.log.json", rank)
     seed = cfg.get("seed")
     data_cfg = cfg.data
+    # Pinned batches on a GPU (build_dataloader's default with CUDA), none for a CPU run on a GPU machine (gloo).
+    pin = None if run_device(distributed).type == "cuda" else False
     loader = build_dataloader(dataset, data_cfg.samples_per_gpu, data_cfg.workers_per_gpu, dist=distributed,
-                              shuffle=True, seed=seed)
+                              shuffle=True, seed=seed, pin_memory=pin)
     model = wrap_model(model, distributed, bool(_get(cfg, "find_unused_parameters", False)))
     optimizer = build_optimizer(model, cfg.optimizer)
     base_lr = float(cfg.optimizer["lr"])
@@ -130,7 +132,8 @@ def train_model(
     val_loader = None
     if validate:
         val_loader = build_dataloader(val_dataset, eval_samples_per_gpu(data_cfg),
-                                      data_cfg.workers_per_gpu, dist=distributed, shuffle=False, seed=seed)
+                                      data_cfg.workers_per_gpu, dist=distributed, shuffle=False, seed=seed,
+                                      pin_memory=pin)
     metrics: Dict[str, Any] = dict(before=None, after=None, state=state)
     if validate and state.epoch == 0 and _get(eval_cfg, "before_train", True):
         metrics["before"] = evaluate(model, val_loader, val_dataset, distributed)

@@ -12,14 +12,37 @@ from mmpar.data_parallel import MMDataParallel
 from mmpar.distributed import MMDistributedDataParallel
 from mmpar.models.norm import has_sync_batchnorm, revert_sync_batchnorm
 
-__all__ = ["wrap_model", "scale_lr"]
+__all__ = ["wrap_model", "scale_lr", "run_device"]
+
+
+def run_device(distributed: bool) -> torch.device:
+    """Where a run's model lives: ``cuda:<current device>``, or the CPU.
+
+    The CPU without CUDA, and in a process group whose backend is not nccl
+    (choosing gloo on a GPU machine means training on the CPU, e.g. 2 processes
+    on a machine with 1 GPU); otherwise the current CUDA device (``cuda:0``
+    for a single process).
+
+    Raises:
+        RuntimeError: ``distributed`` is set but no process group was initialised.
+    """
+    if not torch.cuda.is_available():
+        return torch.device("cpu")
+    if distributed:
+        if not (dist.is_available() and dist.is_initialized()):
+            raise RuntimeError("run_device: distributed=True but no process group exists; call mmpar.dist_utils.init_dist first")
+        if "nccl" not in str(dist.get_backend()):
+            return torch.device("cpu")
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cuda", 0)
 
 
 def wrap_model(model: nn.Module, distributed: bool, find_unused_parameters: bool = False) -> nn.Module:
     """Wrap ``model`` for training or testing.
 
     * ``distributed`` (a process group exists): :class:`MMDistributedDataParallel`,
-      on ``cuda:<current device>`` with CUDA, on the CPU (gloo) otherwise;
+      on ``cuda:<current device>`` with nccl, on the CPU with gloo (even where
+      CUDA is available, see :func:`run_device`);
     * else :class:`MMDataParallel` on ``cuda:0``, or on the CPU without CUDA.
 
     ``SyncBatchNorm`` layers become ``BatchNorm2d`` with a warning where they cannot
@@ -31,7 +54,7 @@ def wrap_model(model: nn.Module, distributed: bool, find_unused_parameters: bool
     group = dist.is_available() and dist.is_initialized()
     if distributed and not group:
         raise RuntimeError("wrap_model: distributed=True but no process group exists; call mmpar.dist_utils.init_dist first")
-    cuda = torch.cuda.is_available()
+    cuda = run_device(distributed).type == "cuda"
     if has_sync_batchnorm(model) and not (distributed and cuda):
         model = revert_sync_batchnorm(model, "no process group" if not distributed else "SyncBatchNorm needs CUDA; this run is on the CPU")
     if distributed:

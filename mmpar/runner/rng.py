@@ -3,12 +3,16 @@ from __future__ import annotations
 
 import os
 import random
+import warnings
 from typing import Any, Dict
 
 import numpy as np
 import torch
 
-__all__ = ["set_random_seed", "get_rng_state", "set_rng_state"]
+__all__ = ["DETERMINISTIC_CUBLAS", "set_random_seed", "get_rng_state", "set_rng_state"]
+
+#: ``CUBLAS_WORKSPACE_CONFIG`` value that makes cuBLAS deterministic (NVIDIA's cuBLAS docs).
+DETERMINISTIC_CUBLAS = ":4096:8"
 
 
 def set_random_seed(seed: int, deterministic: bool = False) -> None:
@@ -29,8 +33,17 @@ def set_random_seed(seed: int, deterministic: bool = False) -> None:
     np.random.seed(int(seed) % (1 << 32))
     torch.manual_seed(int(seed))
     if deterministic:
-        # cuBLAS needs this to be deterministic; it must be set before CUDA starts.
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        # cuBLAS needs this to be deterministic; it is read when CUDA starts
+        # (tools/train.py sets it before anything touches CUDA).
+        if "CUBLAS_WORKSPACE_CONFIG" not in os.environ and torch.cuda.is_initialized():
+            warnings.warn(
+                "set_random_seed(deterministic=True): CUDA is already initialised without "
+                "CUBLAS_WORKSPACE_CONFIG, so cuBLAS may not be deterministic; set "
+                "CUBLAS_WORKSPACE_CONFIG=:4096:8 (or call set_random_seed) before using CUDA",
+                UserWarning,
+                stacklevel=2,
+            )
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", DETERMINISTIC_CUBLAS)
         torch.use_deterministic_algorithms(True)
         torch.backends.cudnn.deterministic = True
         torch.backends.cudnn.benchmark = False

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import operator
 import random
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from torch.utils.data import Dataset
@@ -51,12 +51,19 @@ class DetectionDataset(Dataset):
         pipeline: Steps for :class:`~mmpar.data.transforms.Compose`, or None for
             :meth:`default_pipeline`.
         test_mode: Evaluation mode.
+        normalize_on_device: The default pipeline's ``Normalize(on_device=...)``:
+            ``True``/``"auto"`` ship uint8 images and normalize them on the
+            target device after scatter (``"auto"``: when CUDA is available).
     """
 
     CLASSES: Tuple[str, ...] = ()
 
-    def __init__(self, pipeline: Optional[Sequence[Any]] = None, test_mode: bool = False) -> None:
+    def __init__(
+        self, pipeline: Optional[Sequence[Any]] = None, test_mode: bool = False,
+        normalize_on_device: Union[bool, str] = False,
+    ) -> None:
         self.test_mode = bool(test_mode)
+        self.normalize_on_device = normalize_on_device
         self.pipeline = Compose(self.default_pipeline() if pipeline is None else pipeline)
         self.img_prefix: Optional[str] = None
         self.seg_prefix: Optional[str] = None
@@ -72,7 +79,8 @@ class DetectionDataset(Dataset):
         """The tail of the default pipelines: normalize (ImageNet statistics), pad to
         32, format into DataContainers, collect."""
         return [
-            dict(type="Normalize", mean=list(IMAGENET_MEAN), std=list(IMAGENET_STD), to_rgb=True),
+            dict(type="Normalize", mean=list(IMAGENET_MEAN), std=list(IMAGENET_STD), to_rgb=True,
+                 on_device=self.normalize_on_device),
             dict(type="Pad", size_divisor=32),
             dict(type="DefaultFormatBundle"),
             dict(type="Collect", keys=["img"] if self.test_mode else ["img", "gt_bboxes", "gt_labels"]),

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os.path as osp
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -48,6 +48,8 @@ class CocoDetection(DetectionDataset):
         test_mode: Evaluation mode: no filtering, ``annotations`` may be absent.
         filter_empty_gt: In training, leave out images without boxes.
         classes: Category names to use, in label order; None for all.
+        normalize_on_device: ``True`` or ``"auto"``: the default pipeline ships
+            uint8 images, normalized on the target device after scatter.
 
     Raises:
         FileNotFoundError: ``ann_file`` or ``img_prefix`` does not exist.
@@ -64,8 +66,9 @@ class CocoDetection(DetectionDataset):
         test_mode: bool = False,
         filter_empty_gt: bool = True,
         classes: Optional[Sequence[str]] = None,
+        normalize_on_device: Union[bool, str] = False,
     ) -> None:
-        super().__init__(pipeline, test_mode)
+        super().__init__(pipeline, test_mode, normalize_on_device)
         if img_prefix and not osp.isdir(img_prefix):
             raise FileNotFoundError(f"CocoDetection: image folder img_prefix={img_prefix!r} does not exist")
         self.ann_file = ann_file

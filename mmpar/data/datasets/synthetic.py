@@ -1,7 +1,7 @@
 """SyntheticShapes: a deterministic in-memory detection dataset of drawn shapes."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -51,6 +51,9 @@ class SyntheticShapes(DetectionDataset):
         seed: Non-negative int selecting the dataset.
         pipeline: Steps, or None for the default.
         test_mode: Evaluation mode.
+        normalize_on_device: ``True`` or ``"auto"``: the default pipeline ships
+            uint8 images, normalized on the target device after scatter (see
+            :class:`~mmpar.data.transforms.Normalize`).
 
     Raises:
         ValueError: An argument out of its range.
@@ -66,6 +69,7 @@ class SyntheticShapes(DetectionDataset):
         seed: int = 0,
         pipeline: Optional[Sequence[Any]] = None,
         test_mode: bool = False,
+        normalize_on_device: Union[bool, str] = False,
     ) -> None:
         self.num_samples = _check_int(num_samples, "num_samples", 0)
         self.min_size = _check_int(min_size, "min_size", 16)
@@ -75,7 +79,7 @@ class SyntheticShapes(DetectionDataset):
         self.max_objects = _check_int(max_objects, "max_objects", 1)
         self.seed = _check_int(seed, "seed", 0)
         self.CLASSES = tuple(SHAPES)[:num_classes]
-        super().__init__(pipeline, test_mode)
+        super().__init__(pipeline, test_mode, normalize_on_device)
         self._set_img_sizes([self._size(self._rng(i)) for i in range(self.num_samples)])
 
     def default_pipeline(self) -> List[Dict[str, Any]]:

@@ -156,9 +156,15 @@ class DefaultFormatBundle:
             "img_norm_cfg",
             dict(mean=np.zeros(channels, np.float32), std=np.ones(channels, np.float32), to_rgb=False),
         )
+        norm = results["img_norm_cfg"]
+        padding_value = self.pad_val["img"]
+        if isinstance(norm, dict) and norm.get("on_device"):
+            # collate pads raw pixels with 0; the device step puts pad_val["img"] (normalized units) there
+            results["img_norm_cfg"] = dict(norm, batch_pad_val=padding_value)
+            padding_value = 0
         tensor = array_to_tensor(img.transpose(2, 0, 1))
         results["img"] = DataContainer(
-            tensor, stack=True, padding_value=self.pad_val["img"], size_divisor=self.size_divisor
+            tensor, stack=True, padding_value=padding_value, size_divisor=self.size_divisor
         )
 
     def __repr__(self) -> str:

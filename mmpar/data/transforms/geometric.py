@@ -304,11 +304,17 @@ class Pad:
     def __call__(self, results: dict) -> dict:
         h, w = _image_shape(results, "Pad")[:2]
         target = self._target(h, w)
+        norm = results.get("img_norm_cfg")
+        on_device = isinstance(norm, dict) and bool(norm.get("on_device"))
         for key in img_fields(results):
-            results[key] = _pad_array(results[key], target, self.pad_val)
+            # Normalized on the device later: the raw margin is a placeholder (0), overwritten there.
+            results[key] = _pad_array(results[key], target, 0 if on_device else self.pad_val)
         for key in seg_fields(results):
             results[key] = _pad_array(results[key], target, self.seg_pad_val)
         results["pad_shape"] = results[img_fields(results)[0]].shape
+        if on_device:
+            # The raw margin is normalized on the device; record what the worker would have put there.
+            results["img_norm_cfg"] = dict(norm, pad_val=self.pad_val)
         results["pad_fixed_size"] = self.size
         results["pad_size_divisor"] = self.size_divisor
         return results
