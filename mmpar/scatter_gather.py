@@ -59,13 +59,14 @@ class _Target:
 
     def move_tree(self, obj: Any) -> Any:
         """Move every tensor in ``obj`` (a container's chunk); numpy arrays become tensors."""
-        if self.device.type != "cpu" and type(obj) is list and obj and all(type(t) is torch.Tensor for t in obj):
+        if self.device.type != "cpu" and type(obj) is list and obj:
             if self.transfer is None:
                 self.transfer = BatchedTransfer(self.device, self.dtype)
-            # The common chunk, a list of per-image tensors: one group, one placeholder for all.
-            start = self.transfer.add_list(obj)
-            self.count = start + len(obj)
-            return _PendingList(start, self.count)
+            # The common chunk, a list of per-image boxes or labels: one group, one placeholder.
+            start = self.transfer.add_group(obj)
+            if start is not None:
+                self.count = start + len(obj)
+                return _PendingList(start, self.count)
         return map_tensors(obj, self.move, self.device, numpy_too=True)
 
     def finish(self, obj: Any) -> Any:

@@ -79,9 +79,8 @@ class BatchedTransfer:
     batch; small CPU tensors wait for :meth:`finish`, which packs them with one
     ``torch.cat`` per ``(dtype, trailing shape)`` group into one pinned buffer,
     copies that buffer in one ``non_blocking`` copy, and cuts it back into views
-    with one ``torch.split`` per group. :meth:`add_list` takes a whole list (a
-    container's per-image boxes) as one group without looking at every tensor
-    twice. The current stream then waits on the side stream and every output
+    with one ``torch.split`` per group. :meth:`add_group` takes a whole list (a
+    container's per-image boxes) as one group, looking at every tensor once. The current stream then waits on the side stream and every output
     records the current stream, so the caching allocator does not hand out its
     memory while the consumer may still read it.
 
@@ -127,29 +126,36 @@ class BatchedTransfer:
             self._copied.append(moved)
         return index
 
-    def add_list(self, tensors: List[torch.Tensor]) -> int:
-        """Register a list of tensors; returns the index of the first (the others follow in order).
+    def add_group(self, tensors: List[Any]) -> Optional[int]:
+        """Register a list of small CPU tensors of one dtype and one trailing shape (a
+        container's per-image boxes or labels) as one group, looking at each tensor once.
 
-        Small CPU tensors of one dtype with at least one dimension (per-image boxes
-        or labels) become one group; any other list is added tensor by tensor.
+        Returns:
+            The index of the first tensor (the others follow in order), or None,
+            registering nothing, when the list is not such a group (then add its
+            items one by one).
         """
-        start = len(self._out)
         first = tensors[0] if tensors else None
+        if type(first) is not torch.Tensor or first.dim() == 0:
+            return None
+        dtype, trailing = first.dtype, first.shape[1:]
         grad = torch.is_grad_enabled()
-        if (
-            first is not None
-            and first.dim() > 0
-            and all(t.is_cpu and t.nbytes <= PACK_LIMIT and not (grad and t.requires_grad) for t in tensors)
-            and len({t.dtype for t in tensors}) == 1
+        if not all(
+            type(t) is torch.Tensor
+            and t.is_cpu
+            and t.dtype is dtype
+            and t.shape[1:] == trailing
+            and t.nbytes <= PACK_LIMIT
+            and not (grad and t.requires_grad)
+            for t in tensors
         ):
-            self._out.extend(tensors)
-            group = _Group(first.dtype, tuple(first.shape[1:]))
-            group.indices = range(start, start + len(tensors))
-            group.tensors = tensors
-            self._groups.append(group)
-        else:
-            for t in tensors:
-                self.add(t)
+            return None
+        start = len(self._out)
+        self._out.extend(tensors)
+        group = _Group(dtype, tuple(trailing))
+        group.indices = range(start, start + len(tensors))
+        group.tensors = tensors
+        self._groups.append(group)
         return start
 
     def finish(self) -> List[torch.Tensor]:
@@ -267,7 +273,10 @@ def to_device_batched(
     if device.type != "cuda":
         return [move(t, device, dtype) for t in tensors]
     transfer = BatchedTransfer(device, dtype)
-    transfer.add_list(list(tensors))
+    tensors = list(tensors)
+    if transfer.add_group(tensors) is None:
+        for t in tensors:
+            transfer.add(t)
     return transfer.finish()
 
 

@@ -73,6 +73,23 @@ def test_small_tensors_travel_in_one_packed_copy() -> None:
     assert moved[0].sum().item() == 0 and moved[1].tolist() == [1.0, 1.0]
 
 
+def test_per_image_tensors_of_different_trailing_shapes_or_dtypes_arrive_intact() -> None:
+    # Per-image masks (n_i, H_i, W_i): one container field, trailing shapes differ by image;
+    # a list mixing dtypes or non-tensors must not be packed as one group either.
+    masks = [torch.zeros(0, 5, 5), torch.ones(1, 3, 3), torch.full((2, 3, 4), 2.0)]
+    mixed = [torch.arange(3), torch.ones(2, 4), 7, torch.tensor(1.5)]
+    (gpu_masks,) = scatter({"gt_masks": DataContainer([masks])}, [0])
+    (gpu_mixed,) = scatter({"mixed": DataContainer([mixed])}, [0])
+    for got, want in zip(gpu_masks["gt_masks"] + gpu_mixed["mixed"], masks + mixed):
+        if isinstance(want, torch.Tensor):
+            assert got.is_cuda and got.dtype == want.dtype and torch.equal(got.cpu(), want)
+        else:
+            assert got == want
+    moved = to_device_batched(masks, torch.device("cuda", 0))
+    assert [tuple(t.shape) for t in moved] == [(0, 5, 5), (1, 3, 3), (2, 3, 4)]
+    assert all(torch.equal(a.cpu(), b) for a, b in zip(moved, masks))
+
+
 def test_result_usable_at_once_on_the_current_stream() -> None:
     big = torch.randn(16, 1024, 1024)  # large enough for the copy to take a while
     small = [torch.full((100,), float(i)) for i in range(50)]
