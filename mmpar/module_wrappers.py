@@ -13,7 +13,7 @@ from torch.nn.parallel import DataParallel, DistributedDataParallel
 
 from .registry import Registry
 
-__all__ = ["MODULE_WRAPPERS", "is_module_wrapper", "unwrap_module", "wrapper_classes"]
+__all__ = ["MMCV_REGISTRY_MODULE", "MODULE_WRAPPERS", "is_module_wrapper", "unwrap_module", "wrapper_classes"]
 
 #: Classes whose instances wrap a model in ``.module``. Register your own wrapper
 #: here (or in a child registry: ``Registry("x", parent=MODULE_WRAPPERS, scope="x")``)
@@ -24,13 +24,13 @@ MODULE_WRAPPERS.register_module(module=DataParallel)
 MODULE_WRAPPERS.register_module(module=DistributedDataParallel)
 
 #: Where mmcv 1.x keeps its wrapper registry; looked up in ``sys.modules`` only.
-_MMCV_REGISTRY_MODULE = "mmcv.parallel.registry"
+MMCV_REGISTRY_MODULE = "mmcv.parallel.registry"
 
 
 def _registries() -> List[Any]:
     """mmpar's registry, and mmcv 1.x's when ``mmcv.parallel`` is loaded."""
     roots: List[Any] = [MODULE_WRAPPERS]
-    module = sys.modules.get(_MMCV_REGISTRY_MODULE)
+    module = sys.modules.get(MMCV_REGISTRY_MODULE)
     foreign = getattr(module, "MODULE_WRAPPERS", None)
     if foreign is not None and foreign is not MODULE_WRAPPERS:
         roots.append(foreign)

@@ -44,36 +44,31 @@ class _Target:
         self.device = device
         self.dtype = dtype
         self.transfer: Optional[BatchedTransfer] = None
-        self.count = 0
 
-    def _add(self, t: torch.Tensor) -> int:
+    def _transfer(self) -> BatchedTransfer:
         if self.transfer is None:
             self.transfer = BatchedTransfer(self.device, self.dtype)
-        self.count += 1
-        return self.transfer.add(t)
+        return self.transfer
 
     def move(self, t: torch.Tensor) -> Any:
         if self.device.type == "cpu":
             return move(t, self.device, self.dtype)
-        return _Pending(self._add(t))
+        return _Pending(self._transfer().add(t))
 
     def move_tree(self, obj: Any) -> Any:
         """Move every tensor in ``obj`` (a container's chunk); numpy arrays become tensors."""
         if self.device.type != "cpu" and type(obj) is list and obj:
-            if self.transfer is None:
-                self.transfer = BatchedTransfer(self.device, self.dtype)
             # The common chunk, a list of per-image boxes or labels: one group, one placeholder.
-            start = self.transfer.add_group(obj)
+            start = self._transfer().add_group(obj)
             if start is not None:
-                self.count = start + len(obj)
-                return _PendingList(start, self.count)
+                return _PendingList(start, start + len(obj))
         return map_tensors(obj, self.move, self.device, numpy_too=True)
 
     def finish(self, obj: Any) -> Any:
         if self.transfer is None:
             return obj
         moved = self.transfer.finish()
-        self.transfer, self.count = None, 0
+        self.transfer = None
         return _fill(obj, moved)
 
 

@@ -80,9 +80,10 @@ class BatchedTransfer:
     ``torch.cat`` per ``(dtype, trailing shape)`` group into one pinned buffer,
     copies that buffer in one ``non_blocking`` copy, and cuts it back into views
     with one ``torch.split`` per group. :meth:`add_group` takes a whole list (a
-    container's per-image boxes) as one group, looking at every tensor once. The current stream then waits on the side stream and every output
-    records the current stream, so the caching allocator does not hand out its
-    memory while the consumer may still read it.
+    container's per-image boxes) as one group, looking at every tensor once. The
+    current stream then waits on the side stream and every output records the
+    current stream, so the caching allocator does not hand out its memory while
+    the consumer may still read it.
 
     Args:
         device: A CUDA device.
@@ -282,10 +283,6 @@ def to_device_batched(
 
 def _tracks_grad(t: torch.Tensor) -> bool:
     return t.requires_grad and torch.is_grad_enabled()
-
-
-def _nbytes(t: torch.Tensor) -> int:
-    return t.numel() * t.element_size()
 
 
 def move(t: torch.Tensor, device: torch.device, dtype: Optional[torch.dtype] = None) -> torch.Tensor:

@@ -9,8 +9,9 @@ from types import ModuleType
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..data_container import container_classes
+from ..module_wrappers import MMCV_REGISTRY_MODULE
 from .mmcv_parallel import PACKAGE, PUBLIC, contents
-from .wrappers_link import MMCV_REGISTRY_MODULE, link_wrapper_registry
+from .wrappers_link import link_wrapper_registry
 
 __all__ = ["patch_mmcv", "is_patched"]
 
@@ -135,7 +136,7 @@ def _replaced(old: Dict[str, ModuleType], package: ModuleType) -> Dict[int, Tupl
     """id(mmcv's object) -> (mmcv's object, mmpar's) for every replaced name."""
     pairs: Dict[int, Tuple[Any, Any]] = {}
     for name, module in old.items():
-        new_module = sys.modules.get(name, package) if name != PACKAGE else package
+        new_module = sys.modules.get(name, package)  # the package itself is in sys.modules by now
         for attr, value in vars(module).items():
             new = getattr(new_module, attr, None)
             if not attr.startswith("__") and new is not None and new is not value and not isinstance(value, ModuleType):

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from ..module_wrappers import MODULE_WRAPPERS
+from ..module_wrappers import MMCV_REGISTRY_MODULE, MODULE_WRAPPERS
 from .import_hook import on_import
 
-__all__ = ["MMCV_REGISTRY_MODULE", "link_wrapper_registry", "watch_mmcv_registry"]
+__all__ = ["link_wrapper_registry", "watch_mmcv_registry"]
 
-MMCV_REGISTRY_MODULE = "mmcv.parallel.registry"
 _SCOPE = "mmpar"
 
 
