@@ -3,13 +3,30 @@
 A drop-in for ``mmcv.parallel`` (mmcv 1.x) that works on current PyTorch and on
 the CPU: ``from mmpar import DataContainer, collate, scatter, scatter_kwargs``.
 """
-from .collate import collate
-from .config import Config, ConfigDict, DictAction
-from .data_container import DataContainer
-from .data_parallel import MMDataParallel, data_parallel
-from .devices import resolve_device, resolve_targets
-from .distributed import MMDistributedDataParallel, params_without_grad
-from .dist_utils import (
+
+# compat joins mmcv's wrapper registry whenever mmcv loads it (mmpar never imports mmcv).
+from mmpar import compat
+from mmpar.collate import collate
+from mmpar.config import Config, ConfigDict, DictAction
+from mmpar.data import (
+    CocoDetection,
+    DistributedGroupSampler,
+    DistributedSampler,
+    GroupSampler,
+    InfiniteBatchSampler,
+    InfiniteGroupBatchSampler,
+    SyntheticShapes,
+    build_dataloader,
+    build_dataset,
+    loader_padding_ratio,
+    padding_ratio,
+    set_loader_epoch,
+)
+from mmpar.data_container import DataContainer, as_container
+from mmpar.data_parallel import MMDataParallel, data_parallel
+from mmpar.device_norm import normalize_batch
+from mmpar.devices import resolve_device, resolve_targets
+from mmpar.dist import (
     all_gather_object_list,
     barrier,
     collect_results,
@@ -20,41 +37,22 @@ from .dist_utils import (
     master_only,
     sync_random_seed,
 )
-from .device_norm import normalize_batch
-from .module_wrappers import MODULE_WRAPPERS, is_module_wrapper, unwrap_module
-from .parallel_apply import parallel_apply
-from .registry import Registry
-from .scatter_gather import gather, scatter, scatter_kwargs, to_device
-from .stacking import pad_stack
-from .transfer import pin_memory
-from .type_handlers import TypeHandler, register_type, unregister_type
-
-# The data package last: its modules import the core above.
-from .data import (
-    DATASETS,
-    TRANSFORMS,
-    CocoDetection,
-    DistributedGroupSampler,
-    DistributedSampler,
-    GroupSampler,
-    InfiniteBatchSampler,
-    InfiniteGroupBatchSampler,
-    SyntheticShapes,
-    build_dataloader,
-    loader_padding_ratio,
-    padding_ratio,
-    set_loader_epoch,
-)
-from .data_container import as_container
-
-# Last: joins mmcv's wrapper registry whenever mmcv loads it (mmpar never imports mmcv).
-from . import compat  # noqa: E402
+from mmpar.distributed import MMDistributedDataParallel, params_without_grad
+from mmpar.module_wrappers import is_module_wrapper, unwrap_module
+from mmpar.parallel_apply import parallel_apply
+from mmpar.registry import DATASETS, MODELS, MODULE_WRAPPERS, OPTIMIZERS, TRANSFORMS, Registry
+from mmpar.scatter_gather import gather, scatter, scatter_kwargs, to_device
+from mmpar.stacking import pad_stack
+from mmpar.transfer import pin_memory
+from mmpar.type_handlers import TypeHandler, register_type, unregister_type
 
 __version__ = "0.1.0"
 
 __all__ = [
     "DATASETS",
+    "MODELS",
     "MODULE_WRAPPERS",
+    "OPTIMIZERS",
     "TRANSFORMS",
     "CocoDetection",
     "Config",
@@ -75,6 +73,7 @@ __all__ = [
     "as_container",
     "barrier",
     "build_dataloader",
+    "build_dataset",
     "collate",
     "collect_results",
     "compat",

@@ -6,6 +6,7 @@ then cut at the same sample boundaries, so a target never holds one sample's
 image with another sample's label. Without containers, tensors are cut like
 ``torch.chunk`` (or at explicit ``chunk_sizes``).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -14,9 +15,9 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
 
-from ._structures import child_path, dataclass_fields, is_dataclass_instance
-from .data_container import DataContainer, as_container
-from .type_handlers import get_handler
+from mmpar._structures import child_path, dataclass_fields, is_dataclass_instance
+from mmpar.data_container import DataContainer, as_container
+from mmpar.type_handlers import get_handler
 
 __all__ = ["Plan", "make_plan", "torch_chunk_sizes", "container_chunks"]
 
@@ -96,7 +97,9 @@ def _check_chunk_sizes(chunk_sizes: Sequence[int], n_targets: int) -> List[int]:
     if not isinstance(chunk_sizes, (list, tuple)) or not all(
         isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in chunk_sizes
     ):
-        raise ValueError(f"scatter: chunk_sizes must be a list of positive ints, got {chunk_sizes!r}")
+        raise ValueError(
+            f"scatter: chunk_sizes must be a list of positive ints, got {chunk_sizes!r}"
+        )
     if not 0 < len(chunk_sizes) <= n_targets:
         raise ValueError(
             f"scatter: chunk_sizes gives {len(chunk_sizes)} pieces for {n_targets} target(s); "
@@ -105,7 +108,9 @@ def _check_chunk_sizes(chunk_sizes: Sequence[int], n_targets: int) -> List[int]:
     return list(chunk_sizes)
 
 
-def _plan_from_containers(containers: list, splittables: list, n_targets: int, hint: str) -> Tuple[int, Optional[List[int]]]:
+def _plan_from_containers(
+    containers: list, splittables: list, n_targets: int, hint: str
+) -> Tuple[int, Optional[List[int]]]:
     for path, count, _ in containers:
         if count == 0:
             raise ValueError(
@@ -184,7 +189,9 @@ def make_plan(
         n, sizes = len(chunk_sizes), chunk_sizes
         pieces_per_field = [("chunk_sizes", sizes)]
     elif splittables:
-        pieces_per_field = [(path, torch_chunk_sizes(length, n_targets)) for path, length in splittables]
+        pieces_per_field = [
+            (path, torch_chunk_sizes(length, n_targets)) for path, length in splittables
+        ]
         n = len(pieces_per_field[0][1])
         for path, pieces in pieces_per_field[1:]:
             if len(pieces) != n:

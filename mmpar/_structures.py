@@ -1,4 +1,5 @@
 """Small helpers to take containers apart and rebuild them with the same type."""
+
 from __future__ import annotations
 
 import collections
@@ -56,7 +57,9 @@ def child_path(path: str, key: Any) -> str:
     return f"{path}.{key}" if path else str(key)
 
 
-def map_structure(obj: Any, leaf: Callable[[Any], Any], is_leaf: Optional[Callable[[Any], bool]] = None) -> Any:
+def map_structure(
+    obj: Any, leaf: Callable[[Any], Any], is_leaf: Optional[Callable[[Any], bool]] = None
+) -> Any:
     """``obj`` rebuilt with ``leaf(x)`` in place of every leaf ``x``.
 
     Mappings, lists, tuples, namedtuples and dataclasses are walked and rebuilt

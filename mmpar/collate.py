@@ -1,4 +1,5 @@
 """collate: batch samples into DataContainers, in chunks of ``samples_per_gpu``."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -8,10 +9,10 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 
-from ._structures import child_path, is_namedtuple, rebuild_mapping
-from .data_container import DataContainer, as_container, container_classes
-from .stacking import pad_stack
-from .type_handlers import get_handler
+from mmpar._structures import child_path, is_namedtuple, rebuild_mapping
+from mmpar.data_container import DataContainer, as_container, container_classes
+from mmpar.stacking import pad_stack
+from mmpar.type_handlers import get_handler
 
 __all__ = ["collate"]
 
@@ -54,11 +55,15 @@ def collate(batch: Sequence[Any], samples_per_gpu: int = 1) -> Any:
             message names the field.
     """
     if isinstance(batch, (str, bytes)) or not isinstance(batch, Sequence):
-        raise TypeError(f"collate: batch must be a list or tuple of samples, got {type(batch).__name__}")
+        raise TypeError(
+            f"collate: batch must be a list or tuple of samples, got {type(batch).__name__}"
+        )
     if len(batch) == 0:
         raise ValueError("collate: batch is empty, expected at least one sample")
     if isinstance(samples_per_gpu, bool) or not isinstance(samples_per_gpu, int):
-        raise TypeError(f"collate: samples_per_gpu must be an int, got {type(samples_per_gpu).__name__}")
+        raise TypeError(
+            f"collate: samples_per_gpu must be an int, got {type(samples_per_gpu).__name__}"
+        )
     if samples_per_gpu < 1:
         raise ValueError(f"collate: samples_per_gpu must be >= 1, got {samples_per_gpu}")
     return _collate(list(batch), samples_per_gpu, "")
@@ -103,7 +108,9 @@ def _check_same_kind(samples: List[Any], path: str) -> None:
                 f"{_name(path)}: is a DataContainer in sample {i} but not in sample 0 "
                 f"({type(elem).__name__}); wrap it in every sample or in none"
             )
-        if kind is not None and (not isinstance(s, kind) or (kind is Sequence and isinstance(s, (str, bytes)))):
+        if kind is not None and (
+            not isinstance(s, kind) or (kind is Sequence and isinstance(s, (str, bytes)))
+        ):
             raise TypeError(
                 f"{_name(path)}: sample 0 holds {type(elem).__name__}, sample {i} holds {type(s).__name__}"
             )
@@ -161,7 +168,11 @@ def _collate_mappings(samples: List[Mapping], samples_per_gpu: int, path: str) -
                 f"and has extra {extra} compared with sample 0"
             )
     return rebuild_mapping(
-        elem, ((k, _collate([s[k] for s in samples], samples_per_gpu, child_path(path, k))) for k in keys)
+        elem,
+        (
+            (k, _collate([s[k] for s in samples], samples_per_gpu, child_path(path, k)))
+            for k in keys
+        ),
     )
 
 
@@ -174,7 +185,8 @@ def _collate_sequences(samples: List[Sequence], samples_per_gpu: int, path: str)
                 f"sample 0 has {len(elem)}, sample {i} has {len(s)}"
             )
     columns = [
-        _collate([s[j] for s in samples], samples_per_gpu, child_path(path, j)) for j in range(len(elem))
+        _collate([s[j] for s in samples], samples_per_gpu, child_path(path, j))
+        for j in range(len(elem))
     ]
     if is_namedtuple(elem):
         return type(elem)(*columns)
@@ -197,7 +209,9 @@ def _default_collate(samples: List[Any], path: str) -> Any:
     except (TypeError, RuntimeError) as err:
         raise TypeError(f"{_name(path)}: cannot batch {type(elem).__name__} values: {err}") from err
     except (ValueError, OverflowError) as err:  # e.g. an int beyond 64 bits
-        raise ValueError(f"{_name(path)}: cannot batch {type(elem).__name__} values: {err}") from err
+        raise ValueError(
+            f"{_name(path)}: cannot batch {type(elem).__name__} values: {err}"
+        ) from err
 
 
 def _describe(x: Any) -> str:

@@ -1,4 +1,5 @@
 """DataContainer: how one field of one sample is batched and moved."""
+
 from __future__ import annotations
 
 import numbers
@@ -87,7 +88,11 @@ class DataContainer:
                 f"DataContainer: padding_value must be an int or float, got {type(padding_value).__name__}"
             )
         if size_divisor is not None:
-            if isinstance(size_divisor, bool) or not isinstance(size_divisor, int) or size_divisor < 1:
+            if (
+                isinstance(size_divisor, bool)
+                or not isinstance(size_divisor, int)
+                or size_divisor < 1
+            ):
                 raise ValueError(
                     f"DataContainer: size_divisor must be a positive int or None, got {size_divisor!r}"
                 )
@@ -185,7 +190,7 @@ class DataContainer:
         """
         if self._cpu_only:
             return self
-        from .transfer import pin_memory  # local: transfer imports the type registry
+        from mmpar.transfer import pin_memory  # local: transfer imports the type registry
 
         return self.with_data(pin_memory(self._data))
 
@@ -232,7 +237,11 @@ def as_container(obj: Any) -> Optional[DataContainer]:
         return None
     try:
         return DataContainer(
-            obj.data, stack=obj.stack, padding_value=obj.padding_value, cpu_only=obj.cpu_only, pad_dims=obj.pad_dims
+            obj.data,
+            stack=obj.stack,
+            padding_value=obj.padding_value,
+            cpu_only=obj.cpu_only,
+            pad_dims=obj.pad_dims,
         )
     except (TypeError, ValueError) as err:
         raise type(err)(f"cannot adopt {type(obj).__module__}.{type(obj).__name__}: {err}") from err

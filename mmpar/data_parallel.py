@@ -1,4 +1,5 @@
 """MMDataParallel and the functional data_parallel: single-process, DataContainer-aware."""
+
 from __future__ import annotations
 
 from itertools import chain
@@ -8,11 +9,11 @@ import torch
 from torch import nn
 from torch.nn.parallel import DataParallel, replicate
 
-from .devices import Target, resolve_device, resolve_targets
-from .module_wrappers import MODULE_WRAPPERS
-from .parallel_apply import default_devices, parallel_apply, scatter_batch
-from .device_norm import normalize_scattered
-from .scatter_gather import gather, scatter_kwargs
+from mmpar.device_norm import normalize_scattered
+from mmpar.devices import Target, resolve_device, resolve_targets
+from mmpar.module_wrappers import MODULE_WRAPPERS
+from mmpar.parallel_apply import default_devices, parallel_apply, scatter_batch
+from mmpar.scatter_gather import gather, scatter_kwargs
 
 __all__ = ["MMDataParallel", "data_parallel", "check_module_device"]
 
@@ -47,7 +48,9 @@ def _names_cpu_only(device_ids: Optional[Sequence[Target]]) -> bool:
     if device_ids is None:
         return False
     if not isinstance(device_ids, (list, tuple)):
-        raise TypeError(f"device_ids: expected a list such as [0] or [-1], got {type(device_ids).__name__}")
+        raise TypeError(
+            f"device_ids: expected a list such as [0] or [-1], got {type(device_ids).__name__}"
+        )
     kinds = set()
     for i, d in enumerate(device_ids):
         if isinstance(d, int) and not isinstance(d, bool):
@@ -58,7 +61,9 @@ def _names_cpu_only(device_ids: Optional[Sequence[Target]]) -> bool:
             except RuntimeError:
                 raise ValueError(f"device_ids[{i}]: unknown device {d!r}") from None
         else:
-            raise TypeError(f"device_ids[{i}]: expected an int, str or torch.device, got {type(d).__name__}")
+            raise TypeError(
+                f"device_ids[{i}]: expected an int, str or torch.device, got {type(d).__name__}"
+            )
     if len(kinds) > 1:
         raise ValueError(f"device_ids: mixes CPU and CUDA targets, got {list(device_ids)!r}")
     return kinds == {"cpu"}
@@ -107,7 +112,11 @@ class MMDataParallel(DataParallel):
             self.module = module
             self.device_ids: List[int] = []
         else:
-            ids = None if device_ids is None else [resolve_device(d, "device_ids").index for d in device_ids]
+            ids = (
+                None
+                if device_ids is None
+                else [resolve_device(d, "device_ids").index for d in device_ids]
+            )
             out = None if output_device is None else resolve_device(output_device, "output_device")
             super().__init__(module, ids, None if out is None or out.type == "cpu" else out, dim)
             if out is not None and out.type == "cpu":
@@ -143,7 +152,10 @@ class MMDataParallel(DataParallel):
         return self.module.val_step(*args, **kw)
 
     def scatter(
-        self, inputs: Tuple[Any, ...], kwargs: Optional[Dict[str, Any]], device_ids: Sequence[Target]
+        self,
+        inputs: Tuple[Any, ...],
+        kwargs: Optional[Dict[str, Any]],
+        device_ids: Sequence[Target],
     ) -> Tuple[Tuple[Tuple[Any, ...], ...], Tuple[Dict[str, Any], ...]]:
         """Container-aware split of ``inputs``/``kwargs`` over ``device_ids``; images that
         the pipeline left for the device (``Normalize(on_device=True)``) are normalized
@@ -210,7 +222,9 @@ def data_parallel(
     """
     devices = default_devices() if device_ids is None else resolve_targets(device_ids, "device_ids")
     if len({d.type for d in devices}) > 1:
-        raise ValueError(f"data_parallel: device_ids mixes CPU and CUDA targets, got {list(device_ids or [])!r}")
+        raise ValueError(
+            f"data_parallel: device_ids mixes CPU and CUDA targets, got {list(device_ids or [])!r}"
+        )
     out = devices[0] if output_device is None else resolve_device(output_device, "output_device")
     check_module_device(module, devices[0])
     args, kwargs = scatter_batch(inputs, module_kwargs, devices, dim, "data_parallel")

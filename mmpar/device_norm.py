@@ -20,6 +20,7 @@ the image's ``pad_shape``, ``batch_pad_val`` beyond it (both 0 by default). The
 metas handed to the model then say ``on_device=False``: the work is done, and a
 second pass changes nothing.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -44,7 +45,9 @@ def needs_device_norm(img_metas: Any) -> bool:
 
 def _column(values: Sequence[Sequence[float]], device: torch.device) -> torch.Tensor:
     """``(N, C)`` numbers as an ``(N, C, 1, 1)`` float32 tensor on ``device``."""
-    return torch.tensor([[float(v) for v in row] for row in values], dtype=torch.float32).to(device)[:, :, None, None]
+    return torch.tensor([[float(v) for v in row] for row in values], dtype=torch.float32).to(
+        device
+    )[:, :, None, None]
 
 
 def normalize_images(img: torch.Tensor, img_metas: Sequence[Mapping[str, Any]]) -> torch.Tensor:
@@ -64,7 +67,9 @@ def normalize_images(img: torch.Tensor, img_metas: Sequence[Mapping[str, Any]]) 
             ``mean``/``std`` do not have one value per channel.
     """
     if img.dim() != 4:
-        raise ValueError(f"normalize_images: img must be (N, C, H, W), got shape {tuple(img.shape)}")
+        raise ValueError(
+            f"normalize_images: img must be (N, C, H, W), got shape {tuple(img.shape)}"
+        )
     n, c, h, w = img.shape
     if len(img_metas) != n:
         raise ValueError(f"normalize_images: {n} images but {len(img_metas)} img_metas")
@@ -84,13 +89,19 @@ def normalize_images(img: torch.Tensor, img_metas: Sequence[Mapping[str, Any]]) 
     elif any(swap):
         index = torch.tensor([i for i, s in enumerate(swap) if s], device=device)
         x = x.index_copy(0, index, x.index_select(0, index).flip(1))
-    same = all(cfg is cfgs[0] or (list(cfg["mean"]) == list(cfgs[0]["mean"])
-                                  and list(cfg["std"]) == list(cfgs[0]["std"])) for cfg in cfgs)
+    same = all(
+        cfg is cfgs[0]
+        or (list(cfg["mean"]) == list(cfgs[0]["mean"]) and list(cfg["std"]) == list(cfgs[0]["std"]))
+        for cfg in cfgs
+    )
     rows_of = cfgs[:1] if same else cfgs
     mean = _column([cfg["mean"] for cfg in rows_of], device)
     std = _column([cfg["std"] for cfg in rows_of], device)
     x = (x - mean) / std  # the worker's float32 arithmetic, in the same order
-    norm_hw = [tuple(cfg.get("norm_hw") or meta.get("img_shape", (h, w)))[:2] for cfg, meta in zip(cfgs, img_metas)]
+    norm_hw = [
+        tuple(cfg.get("norm_hw") or meta.get("img_shape", (h, w)))[:2]
+        for cfg, meta in zip(cfgs, img_metas)
+    ]
     pad_hw = [tuple(meta.get("pad_shape") or hw)[:2] for meta, hw in zip(img_metas, norm_hw)]
     if all(nh >= h and nw >= w for nh, nw in norm_hw):
         return x  # no margin anywhere
@@ -108,7 +119,9 @@ def normalize_images(img: torch.Tensor, img_metas: Sequence[Mapping[str, Any]]) 
 
 
 def _done(img_metas: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
-    return [dict(meta, img_norm_cfg=dict(meta["img_norm_cfg"], on_device=False)) for meta in img_metas]
+    return [
+        dict(meta, img_norm_cfg=dict(meta["img_norm_cfg"], on_device=False)) for meta in img_metas
+    ]
 
 
 def normalize_batch(data: Any) -> Any:
@@ -124,9 +137,17 @@ def normalize_batch(data: Any) -> Any:
     img, metas = data["img"], data["img_metas"]
     if isinstance(img, torch.Tensor) and needs_device_norm(metas):
         new_img, new_metas = normalize_images(img, metas), _done(metas)
-    elif (isinstance(img, (list, tuple)) and isinstance(metas, (list, tuple)) and len(img) == len(metas)
-          and img and all(isinstance(t, torch.Tensor) for t in img) and any(needs_device_norm(m) for m in metas)):
-        new_img = [normalize_images(t, m) if needs_device_norm(m) else t for t, m in zip(img, metas)]
+    elif (
+        isinstance(img, (list, tuple))
+        and isinstance(metas, (list, tuple))
+        and len(img) == len(metas)
+        and img
+        and all(isinstance(t, torch.Tensor) for t in img)
+        and any(needs_device_norm(m) for m in metas)
+    ):
+        new_img = [
+            normalize_images(t, m) if needs_device_norm(m) else t for t, m in zip(img, metas)
+        ]
         new_metas = [_done(m) if needs_device_norm(m) else m for m in metas]
     else:
         return data
@@ -136,7 +157,7 @@ def normalize_batch(data: Any) -> Any:
 
 
 def normalize_scattered(
-    scattered: Tuple[Tuple[Tuple[Any, ...], ...], Tuple[Dict[str, Any], ...]]
+    scattered: Tuple[Tuple[Tuple[Any, ...], ...], Tuple[Dict[str, Any], ...]],
 ) -> Tuple[Tuple[Tuple[Any, ...], ...], Tuple[Dict[str, Any], ...]]:
     """What :func:`mmpar.scatter_kwargs` returned, with :func:`normalize_batch` applied per target:
     to the keyword arguments and to every positional argument that is a mapping."""

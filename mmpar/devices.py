@@ -1,4 +1,5 @@
 """Targets: what ``target_gpus`` / ``target_device`` arguments may hold."""
+
 from __future__ import annotations
 
 from typing import List, Sequence, Union
@@ -49,7 +50,9 @@ def resolve_device(target: Target, argument: str = "target") -> torch.device:
     if device.type != "cuda":
         raise ValueError(f"{argument}: only CPU and CUDA targets are supported, got {device}")
     if not torch.cuda.is_available():
-        raise ValueError(f"{argument}: {device} requested but CUDA is not available on this machine")
+        raise ValueError(
+            f"{argument}: {device} requested but CUDA is not available on this machine"
+        )
     index = torch.cuda.current_device() if device.index is None else device.index
     if index >= torch.cuda.device_count():
         raise ValueError(

@@ -1,4 +1,5 @@
 """MMDistributedDataParallel: DDP whose inputs may hold DataContainers, with train/val steps."""
+
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -8,10 +9,10 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from .devices import Target
-from .module_wrappers import MODULE_WRAPPERS, unwrap_module
-from .device_norm import normalize_scattered
-from .scatter_gather import scatter_kwargs
+from mmpar.device_norm import normalize_scattered
+from mmpar.devices import Target
+from mmpar.module_wrappers import MODULE_WRAPPERS, unwrap_module
+from mmpar.scatter_gather import scatter_kwargs
 
 __all__ = ["MMDistributedDataParallel", "params_without_grad"]
 
@@ -79,7 +80,10 @@ class MMDistributedDataParallel(DistributedDataParallel):
         return self._run_step("val_step", inputs, kwargs)
 
     def scatter(
-        self, inputs: Tuple[Any, ...], kwargs: Optional[Dict[str, Any]], device_ids: Sequence[Target]
+        self,
+        inputs: Tuple[Any, ...],
+        kwargs: Optional[Dict[str, Any]],
+        device_ids: Sequence[Target],
     ) -> Tuple[Tuple[Tuple[Any, ...], ...], Tuple[Dict[str, Any], ...]]:
         """Container-aware split of ``inputs``/``kwargs`` over ``device_ids``; images that
         the pipeline left for the device (``Normalize(on_device=True)``) are normalized
@@ -111,7 +115,9 @@ class MMDistributedDataParallel(DistributedDataParallel):
             return device
         return -1
 
-    def _unwrap(self, inputs: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
+    def _unwrap(
+        self, inputs: Tuple[Any, ...], kwargs: Dict[str, Any]
+    ) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
         args, kw = self.to_kwargs(inputs, kwargs, self._input_target())
         return (tuple(args[0]) if args else ()), (dict(kw[0]) if kw else {})
 
@@ -178,5 +184,11 @@ def params_without_grad(module: nn.Module) -> List[str]:
         TypeError: ``module`` is not an ``nn.Module``.
     """
     if not isinstance(module, nn.Module):
-        raise TypeError(f"params_without_grad: module must be an nn.Module, got {type(module).__name__}")
-    return [name for name, p in unwrap_module(module).named_parameters() if p.requires_grad and p.grad is None]
+        raise TypeError(
+            f"params_without_grad: module must be an nn.Module, got {type(module).__name__}"
+        )
+    return [
+        name
+        for name, p in unwrap_module(module).named_parameters()
+        if p.requires_grad and p.grad is None
+    ]

@@ -1,27 +1,26 @@
-"""MODULE_WRAPPERS: the registry of classes that wrap a model, and is_module_wrapper.
+"""is_module_wrapper and unwrap_module: recognise a model wrapper by its class.
 
-A leaf module: it imports no other part of mmpar but the registry, so every
-wrapper registers itself here without an import cycle.
+The wrapper classes are those of :data:`mmpar.registry.MODULE_WRAPPERS` (a leaf
+registry that the wrappers register themselves into) and, once mmcv 1.x has
+loaded it, of mmcv's own wrapper registry tree.
 """
+
 from __future__ import annotations
 
 import sys
 from typing import Any, Iterator, List, Set, Tuple
 
 from torch import nn
-from torch.nn.parallel import DataParallel, DistributedDataParallel
 
-from .registry import Registry
+from mmpar.registry import MODULE_WRAPPERS
 
-__all__ = ["MMCV_REGISTRY_MODULE", "MODULE_WRAPPERS", "is_module_wrapper", "unwrap_module", "wrapper_classes"]
-
-#: Classes whose instances wrap a model in ``.module``. Register your own wrapper
-#: here (or in a child registry: ``Registry("x", parent=MODULE_WRAPPERS, scope="x")``)
-#: so that :func:`is_module_wrapper` recognises it. MMDataParallel and
-#: MMDistributedDataParallel register themselves.
-MODULE_WRAPPERS = Registry("module wrapper")
-MODULE_WRAPPERS.register_module(module=DataParallel)
-MODULE_WRAPPERS.register_module(module=DistributedDataParallel)
+__all__ = [
+    "MMCV_REGISTRY_MODULE",
+    "MODULE_WRAPPERS",
+    "is_module_wrapper",
+    "unwrap_module",
+    "wrapper_classes",
+]
 
 #: Where mmcv 1.x keeps its wrapper registry; looked up in ``sys.modules`` only.
 MMCV_REGISTRY_MODULE = "mmcv.parallel.registry"

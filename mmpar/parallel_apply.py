@@ -1,4 +1,5 @@
 """parallel_apply: run a function on several devices at once, one thread each."""
+
 from __future__ import annotations
 
 import threading
@@ -8,8 +9,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-from .devices import Target, resolve_targets
-from .scatter_gather import gather, scatter_kwargs
+from mmpar.devices import Target, resolve_targets
+from mmpar.scatter_gather import gather, scatter_kwargs
 
 __all__ = ["parallel_apply", "default_devices"]
 
@@ -99,7 +100,9 @@ def _per_device(
     args = [x if isinstance(x, tuple) else (x,) for x in inputs]
     if module_kwargs is None:
         return args, [{} for _ in inputs]
-    if not isinstance(module_kwargs, (list, tuple)) or not all(isinstance(k, Mapping) for k in module_kwargs):
+    if not isinstance(module_kwargs, (list, tuple)) or not all(
+        isinstance(k, Mapping) for k in module_kwargs
+    ):
         raise TypeError(
             "parallel_apply: with per-device inputs (a list), module_kwargs must be None or a list "
             f"of dicts, one per device, got {type(module_kwargs).__name__}"
@@ -112,7 +115,11 @@ def _per_device(
 
 
 def scatter_batch(
-    inputs: Any, module_kwargs: Any, targets: List[torch.device], dim: int, caller: str = "parallel_apply"
+    inputs: Any,
+    module_kwargs: Any,
+    targets: List[torch.device],
+    dim: int,
+    caller: str = "parallel_apply",
 ) -> Tuple[List[Tuple[Any, ...]], List[Dict[str, Any]]]:
     """One batch (a tuple of arguments, or the single argument) and its keyword
     arguments cut over ``targets``: per used target, an argument tuple and a kwargs dict.
@@ -139,7 +146,9 @@ def _functions(fn: Fn, n: int) -> List[Callable[..., Any]]:
             )
         bad = [i for i, f in enumerate(fn) if not callable(f)]
         if bad:
-            raise TypeError(f"parallel_apply: fn[{bad[0]}] is not callable: {type(fn[bad[0]]).__name__}")
+            raise TypeError(
+                f"parallel_apply: fn[{bad[0]}] is not callable: {type(fn[bad[0]]).__name__}"
+            )
         return list(fn)[:n]
     if not callable(fn):
         raise TypeError(
@@ -168,7 +177,10 @@ def _run_all(
     if len(fns) == 1:
         work(0)
     else:
-        threads = [threading.Thread(target=work, args=(i,), name=f"parallel_apply-{i}") for i in range(len(fns))]
+        threads = [
+            threading.Thread(target=work, args=(i,), name=f"parallel_apply-{i}")
+            for i in range(len(fns))
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -190,7 +202,9 @@ class _CallerState:
         }
         self.streams: Dict[int, Any] = {}
         if torch.cuda.is_available():
-            self.streams = {i: torch.cuda.current_stream(i) for i in range(torch.cuda.device_count())}
+            self.streams = {
+                i: torch.cuda.current_stream(i) for i in range(torch.cuda.device_count())
+            }
 
     def enter(self, device: torch.device) -> ExitStack:
         stack = ExitStack()
@@ -206,10 +220,11 @@ class _CallerState:
 def _reraise(err: BaseException, index: int, device: torch.device) -> None:
     """Raise ``err`` again with ``index``/``device`` in its message, keeping its type."""
     original = err.args[0] if isinstance(err, KeyError) and len(err.args) == 1 else str(err)
-    message = f"parallel_apply: call {index} on device {device} raised {type(err).__name__}: {original}"
+    message = (
+        f"parallel_apply: call {index} on device {device} raised {type(err).__name__}: {original}"
+    )
     try:
         new = type(err)(message)
     except Exception:  # noqa: BLE001 - constructor needs other arguments
         new = RuntimeError(message)
     raise new.with_traceback(err.__traceback__) from err
-

@@ -1,4 +1,5 @@
 """Container-aware scatter (batches to devices) and gather (results back)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -8,12 +9,19 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from ._scatter_plan import Plan, container_chunks, make_plan, torch_chunk_sizes
-from ._structures import child_path, dataclass_fields, is_dataclass_instance, is_namedtuple, map_structure, rebuild_mapping
-from .data_container import as_container
-from .devices import Target, resolve_device, resolve_targets
-from .transfer import BatchedTransfer, move
-from .type_handlers import get_handler, is_registered
+from mmpar._scatter_plan import Plan, container_chunks, make_plan, torch_chunk_sizes
+from mmpar._structures import (
+    child_path,
+    dataclass_fields,
+    is_dataclass_instance,
+    is_namedtuple,
+    map_structure,
+    rebuild_mapping,
+)
+from mmpar.data_container import as_container
+from mmpar.devices import Target, resolve_device, resolve_targets
+from mmpar.transfer import BatchedTransfer, move
+from mmpar.type_handlers import get_handler, is_registered
 
 __all__ = ["scatter", "scatter_kwargs", "gather", "to_device"]
 
@@ -108,7 +116,9 @@ def _split(obj: Any, plan: Plan, targets: List[_Target], path: str) -> Optional[
         if plan.n == 1:
             parts: Sequence[Any] = [obj]
         else:
-            parts = handler.split(obj, plan.sizes or torch_chunk_sizes(handler.length(obj), len(targets)))
+            parts = handler.split(
+                obj, plan.sizes or torch_chunk_sizes(handler.length(obj), len(targets))
+            )
         return [handler.to(p, target.device) for target, p in zip(targets, parts)]
     if isinstance(obj, Mapping):
         split = {k: _split(v, plan, targets, child_path(path, k)) for k, v in obj.items()}
@@ -127,17 +137,24 @@ def _split(obj: Any, plan: Plan, targets: List[_Target], path: str) -> Optional[
             return [type(obj)(*row) for row in rows]
         return [tuple(row) for row in rows] if isinstance(obj, tuple) else rows
     if is_dataclass_instance(obj):
-        fields = {name: _split(getattr(obj, name), plan, targets, child_path(path, name)) for name in dataclass_fields(obj)}
+        fields = {
+            name: _split(getattr(obj, name), plan, targets, child_path(path, name))
+            for name in dataclass_fields(obj)
+        }
         fields = {k: v for k, v in fields.items() if v is not None}
         if not fields:
             return None
-        return [dataclasses.replace(obj, **{k: v[i] for k, v in fields.items()}) for i in range(plan.n)]
+        return [
+            dataclasses.replace(obj, **{k: v[i] for k, v in fields.items()}) for i in range(plan.n)
+        ]
     return None
 
 
 def _check_dtype(dtype: Optional[torch.dtype]) -> None:
     if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
-        raise ValueError(f"scatter: dtype must be a floating-point torch.dtype or None, got {dtype!r}")
+        raise ValueError(
+            f"scatter: dtype must be a floating-point torch.dtype or None, got {dtype!r}"
+        )
 
 
 def _scatter(
@@ -222,7 +239,9 @@ def scatter_kwargs(
         ValueError: As :func:`scatter`.
     """
     if kwargs is not None and not isinstance(kwargs, Mapping):
-        raise TypeError(f"scatter_kwargs: kwargs must be a dict or None, got {type(kwargs).__name__}")
+        raise TypeError(
+            f"scatter_kwargs: kwargs must be a dict or None, got {type(kwargs).__name__}"
+        )
     if inputs is None:
         inputs = ()
     elif not isinstance(inputs, (tuple, list)):
@@ -242,7 +261,9 @@ def to_device(data: Any, device: Target) -> Any:
         ValueError: A container holds several chunks (use :func:`scatter`), or
             ``device`` is unknown or unavailable.
     """
-    hint = "; to_device moves a batch collated for one device, use scatter(data, targets) to split it"
+    hint = (
+        "; to_device moves a batch collated for one device, use scatter(data, targets) to split it"
+    )
     return _scatter(data, [device], 0, None, None, None, hint)[0]
 
 
@@ -271,7 +292,9 @@ def gather(outputs: Sequence[Any], target_device: Target, dim: int = 0) -> Any:
     """
     device = resolve_device(target_device, "gather: target_device")
     if not isinstance(outputs, (list, tuple)):
-        raise TypeError(f"gather: outputs must be a list with one entry per target, got {type(outputs).__name__}")
+        raise TypeError(
+            f"gather: outputs must be a list with one entry per target, got {type(outputs).__name__}"
+        )
     if len(outputs) == 0:
         raise ValueError("gather: outputs is empty, expected one entry per target")
     return _gather(list(outputs), device, dim, "")
@@ -281,8 +304,12 @@ def _gather(items: List[Any], device: torch.device, dim: int, path: str) -> Any:
     first = items[0]
     name = f"gather: field {path!r}" if path else "gather: outputs"
     for i, item in enumerate(items):
-        if type(item) is not type(first) and not (isinstance(first, Mapping) and isinstance(item, Mapping)):
-            raise TypeError(f"{name}: target 0 returned {type(first).__name__}, target {i} {type(item).__name__}")
+        if type(item) is not type(first) and not (
+            isinstance(first, Mapping) and isinstance(item, Mapping)
+        ):
+            raise TypeError(
+                f"{name}: target 0 returned {type(first).__name__}, target {i} {type(item).__name__}"
+            )
     if first is None:
         return None
     if isinstance(first, torch.Tensor):
@@ -298,23 +325,36 @@ def _gather(items: List[Any], device: torch.device, dim: int, path: str) -> Any:
                     f"{name}: targets returned different keys; target {i} lacks "
                     f"{sorted(map(str, set(keys) - set(item)))} and adds {sorted(map(str, set(item) - set(keys)))}"
                 )
-        return rebuild_mapping(first, ((k, _gather([it[k] for it in items], device, dim, child_path(path, k))) for k in keys))
+        return rebuild_mapping(
+            first,
+            ((k, _gather([it[k] for it in items], device, dim, child_path(path, k))) for k in keys),
+        )
     if isinstance(first, list):
         return [map_tensors(x, lambda t: t.to(device), device) for item in items for x in item]
     if isinstance(first, tuple):
         if any(len(item) != len(first) for item in items):
-            raise ValueError(f"{name}: targets returned tuples of lengths {[len(it) for it in items]}")
-        columns = [_gather(list(col), device, dim, child_path(path, j)) for j, col in enumerate(zip(*items))]
+            raise ValueError(
+                f"{name}: targets returned tuples of lengths {[len(it) for it in items]}"
+            )
+        columns = [
+            _gather(list(col), device, dim, child_path(path, j))
+            for j, col in enumerate(zip(*items))
+        ]
         return type(first)(*columns) if is_namedtuple(first) else tuple(columns)
     if is_dataclass_instance(first):
         return dataclasses.replace(
             first,
-            **{n: _gather([getattr(it, n) for it in items], device, dim, child_path(path, n)) for n in dataclass_fields(first)},
+            **{
+                n: _gather([getattr(it, n) for it in items], device, dim, child_path(path, n))
+                for n in dataclass_fields(first)
+            },
         )
     return items
 
 
-def _join_tensors(items: List[torch.Tensor], device: torch.device, dim: int, name: str) -> torch.Tensor:
+def _join_tensors(
+    items: List[torch.Tensor], device: torch.device, dim: int, name: str
+) -> torch.Tensor:
     """Concatenate along ``dim`` (0-dim tensors: stack); shapes that do not fit are a ValueError."""
     moved = [t.to(device) for t in items]
     try:
@@ -342,7 +382,9 @@ def _from_numpy(array: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.array(array, dtype=array.dtype.newbyteorder("="), order="C"))
 
 
-def map_tensors(obj: Any, fn: Callable[[torch.Tensor], Any], device: torch.device, numpy_too: bool = False) -> Any:
+def map_tensors(
+    obj: Any, fn: Callable[[torch.Tensor], Any], device: torch.device, numpy_too: bool = False
+) -> Any:
     """``obj`` rebuilt with ``fn`` applied to every tensor in it (and, with
     ``numpy_too``, to every numeric numpy array as a tensor); registered types are
     moved to ``device`` with their ``to`` hook; other leaves are kept."""

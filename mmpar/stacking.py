@@ -1,4 +1,5 @@
 """Pad tensors of different sizes and stack them, in one copy."""
+
 from __future__ import annotations
 
 import math
@@ -89,7 +90,9 @@ def _check_stackable(tensors: Sequence[torch.Tensor], pad_dims: Optional[int], f
     k = 0 if pad_dims is None else pad_dims
     for i, t in enumerate(tensors):
         if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{field}: stack=True needs tensors, sample {i} holds {type(t).__name__}")
+            raise TypeError(
+                f"{field}: stack=True needs tensors, sample {i} holds {type(t).__name__}"
+            )
         if t.dim() < k:
             raise ValueError(
                 f"{field}: pad_dims={pad_dims} needs tensors of at least {k} dimensions, "
@@ -126,12 +129,16 @@ def _fill_value(value: Number, dtype: torch.dtype, field: str, i: int) -> Number
             number = float(value)
         except OverflowError:  # an int beyond float64
             number = math.inf
-        too_large = abs(number) > torch.finfo(dtype).max and (math.isfinite(number) or isinstance(value, numbers.Integral))
+        too_large = abs(number) > torch.finfo(dtype).max and (
+            math.isfinite(number) or isinstance(value, numbers.Integral)
+        )
         if too_large:
             raise ValueError(f"{field}: padding_value {value!r} of sample {i} overflows {dtype}")
         return number
     low, high = (0, 1) if dtype == torch.bool else (torch.iinfo(dtype).min, torch.iinfo(dtype).max)
-    integral = isinstance(value, numbers.Integral) or (math.isfinite(value) and float(value).is_integer())
+    integral = isinstance(value, numbers.Integral) or (
+        math.isfinite(value) and float(value).is_integer()
+    )
     if not integral or not low <= int(value) <= high:
         raise ValueError(
             f"{field}: padding_value {value!r} of sample {i} cannot be held by {dtype}; "

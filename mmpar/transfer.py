@@ -9,6 +9,7 @@ consuming (current) stream then waits on the copy stream, and every output
 records the consuming stream so the caching allocator does not reuse its memory
 while the consumer may still read it.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -17,11 +18,20 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from ._structures import map_structure
-from .data_container import as_container
-from .type_handlers import get_handler, is_registered
+from mmpar._structures import map_structure
+from mmpar.data_container import as_container
+from mmpar.type_handlers import get_handler, is_registered
 
-__all__ = ["PACK_LIMIT", "BatchedTransfer", "move", "pack", "unpack", "to_device_batched", "pin_memory", "pin_tensor"]
+__all__ = [
+    "PACK_LIMIT",
+    "BatchedTransfer",
+    "move",
+    "pack",
+    "unpack",
+    "to_device_batched",
+    "pin_memory",
+    "pin_tensor",
+]
 
 #: Tensors of at most this many bytes travel packed into one copy per device.
 PACK_LIMIT = 1 << 20
@@ -96,7 +106,11 @@ class BatchedTransfer:
     def __init__(self, device: torch.device, dtype: Optional[torch.dtype] = None) -> None:
         if device.type != "cuda":
             raise ValueError(f"BatchedTransfer: device must be a CUDA device, got {device}")
-        self.device = device if device.index is not None else torch.device("cuda", torch.cuda.current_device())
+        self.device = (
+            device
+            if device.index is not None
+            else torch.device("cuda", torch.cuda.current_device())
+        )
         self.dtype = dtype
         self._out: List[Any] = []
         self._groups: List[_Group] = []
@@ -196,7 +210,9 @@ class _Group:
 _SERIAL_CAT = 32767
 
 
-def _cat_rows(tensors: List[torch.Tensor], sizes: List[int], per_row: int, out: torch.Tensor) -> None:
+def _cat_rows(
+    tensors: List[torch.Tensor], sizes: List[int], per_row: int, out: torch.Tensor
+) -> None:
     """``torch.cat(tensors, out=out)`` in pieces small enough for its serial kernel (many
     small inputs otherwise cost a parallel region each)."""
     if len(tensors) < 16 or out.numel() <= _SERIAL_CAT:
@@ -211,7 +227,9 @@ def _cat_rows(tensors: List[torch.Tensor], sizes: List[int], per_row: int, out: 
         i, row = j, ends[j - 1]
 
 
-def _packed_copy(groups: List[_Group], out: List[Any], device: torch.device, pin: bool = True) -> torch.Tensor:
+def _packed_copy(
+    groups: List[_Group], out: List[Any], device: torch.device, pin: bool = True
+) -> torch.Tensor:
     """Copy each group's CPU tensors to ``device`` through one pinned buffer; their
     device views go into ``out`` at the groups' indices. Returns the device buffer.
 
@@ -225,7 +243,11 @@ def _packed_copy(groups: List[_Group], out: List[Any], device: torch.device, pin
         per_row = 1
         for size in group.trailing or ():
             per_row *= size
-        sizes = [1] * len(group.tensors) if group.trailing is None else [t.shape[0] for t in group.tensors]
+        sizes = (
+            [1] * len(group.tensors)
+            if group.trailing is None
+            else [t.shape[0] for t in group.tensors]
+        )
         rows = sum(sizes)
         nbytes = rows * per_row * group.dtype.itemsize
         plan.append((group, sizes, rows, per_row, offset, nbytes))
@@ -285,7 +307,9 @@ def _tracks_grad(t: torch.Tensor) -> bool:
     return t.requires_grad and torch.is_grad_enabled()
 
 
-def move(t: torch.Tensor, device: torch.device, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+def move(
+    t: torch.Tensor, device: torch.device, dtype: Optional[torch.dtype] = None
+) -> torch.Tensor:
     """``t`` on ``device``, floating-point tensors cast to ``dtype``; ``t`` itself
     when nothing changes. One tensor, one ordinary copy: for CPU targets."""
     return _cast(t.to(device), dtype)
@@ -318,7 +342,9 @@ def pin_tensor(t: torch.Tensor) -> torch.Tensor:
     if t.numel() == 0:
         if t.is_pinned():
             return t
-        empty = torch.empty(_ALIGN, dtype=torch.uint8, pin_memory=True)[:0].view(t.dtype).view(t.shape)
+        empty = (
+            torch.empty(_ALIGN, dtype=torch.uint8, pin_memory=True)[:0].view(t.dtype).view(t.shape)
+        )
         return empty.requires_grad_() if t.requires_grad else empty
     return t.pin_memory()
 

@@ -21,6 +21,7 @@ batch's other fields with ``split`` and moved with ``to``, brought back by
 Inside a DataContainer that is neither ``stack`` nor ``cpu_only`` each sample's
 ``BoxList`` is kept in the chunk's list and moved with ``to``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -10,6 +10,7 @@
     file and the image folder (mmdet's ``img_prefix``, mmpar's ``img_prefix``),
     both as ``str``. Needs Pillow.
 """
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """Test helpers: does a structure still hold a DataContainer; a train_step that insists it does not."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -25,4 +26,8 @@ class UnwrappedSteps:
         if has_container(data):
             raise TypeError("train_step got a DataContainer")
         out = self(**data)
-        return dict(loss=out["loss"], log_vars=dict(loss=out["loss"].item()), num_samples=len(data["img_metas"]))
+        return dict(
+            loss=out["loss"],
+            log_vars=dict(loss=out["loss"].item()),
+            num_samples=len(data["img_metas"]),
+        )

@@ -15,7 +15,7 @@ init_group=True, env=None) -> list``
     ``timeout``), then calls ``fn(rank, world_size, *args)``, destroys the
     group if one exists and sends the return value back. With
     ``init_group=False`` no group is created, so ``fn`` may create one itself
-    (e.g. through ``mmpar.dist_utils.init_dist``) from the environment above.
+    (e.g. through ``mmpar.dist.init_dist``) from the environment above.
 
     Returns the list of return values indexed by rank.
 
@@ -57,6 +57,7 @@ Example::
 
     assert run_workers(_sum_ranks, 2) == [1, 1]
 """
+
 from __future__ import annotations
 
 import datetime
@@ -198,7 +199,18 @@ def run_workers(
             reader, writer = ctx.Pipe(duplex=False)
             proc = ctx.Process(
                 target=_worker,
-                args=(writer, fn, rank, world_size, args, port, backend, timeout, init_group, extra_env),
+                args=(
+                    writer,
+                    fn,
+                    rank,
+                    world_size,
+                    args,
+                    port,
+                    backend,
+                    timeout,
+                    init_group,
+                    extra_env,
+                ),
                 name=f"run_workers-rank{rank}",
             )
             proc.start()
@@ -281,9 +293,13 @@ def stop_process_tree(proc: "subprocess.Popen", grace: float = 10.0) -> None:
     proc.wait()
 
 
-def run_launcher(cmd: List[str], timeout: float, **popen_kwargs: Any) -> "subprocess.CompletedProcess":
+def run_launcher(
+    cmd: List[str], timeout: float, **popen_kwargs: Any
+) -> "subprocess.CompletedProcess":
     """``subprocess.run`` for launchers; on the timeout nothing it started is left running."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen_kwargs)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen_kwargs
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

@@ -17,12 +17,13 @@ API:
 ``targets(k) -> SearchStrategy[list]``
     ``k`` CPU targets mixing ``-1``, ``"cpu"`` and ``torch.device("cpu")``.
 """
+
 from __future__ import annotations
 
 import collections
 import dataclasses
 import math
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -158,7 +159,9 @@ _sizes = st.integers(0, 4)
 
 @st.composite
 def _leaf(draw: st.DrawFn) -> Leaf:
-    kind = draw(st.sampled_from(["stack", "stack", "list", "cpu", "tensor", "ndarray", "number", "string"]))
+    kind = draw(
+        st.sampled_from(["stack", "stack", "list", "cpu", "tensor", "ndarray", "number", "string"])
+    )
     dtype = draw(st.sampled_from(DTYPES))
     if kind == "stack":
         pad_dims = draw(st.sampled_from([None, 1, 2, 3]))
@@ -173,10 +176,14 @@ def _leaf(draw: st.DrawFn) -> Leaf:
     if kind == "list":
         numpy = draw(st.booleans())
         # numpy layouts: plain, flipped (negative strides), read-only, strings
-        layout = draw(st.sampled_from(["plain", "flipped", "readonly", "str"])) if numpy else "plain"
+        layout = (
+            draw(st.sampled_from(["plain", "flipped", "readonly", "str"])) if numpy else "plain"
+        )
         return Leaf(kind, dtype, draw(st.integers(0, 3)), numpy=numpy, payload=layout)
     if kind == "cpu":
-        return Leaf(kind, dtype, 2, payload=draw(st.sampled_from(["dict", "string", "ndarray", "tensor"])))
+        return Leaf(
+            kind, dtype, 2, payload=draw(st.sampled_from(["dict", "string", "ndarray", "tensor"]))
+        )
     return Leaf(kind, dtype)
 
 
@@ -185,9 +192,9 @@ def _node(children: st.SearchStrategy) -> st.SearchStrategy:
     dicts = st.dictionaries(keys, children, min_size=1, max_size=4).map(
         lambda d: Node("dict", tuple(d.items()))
     )
-    seqs = st.tuples(st.sampled_from(["list", "tuple"]), st.lists(children, min_size=1, max_size=3)).map(
-        lambda kv: Node(kv[0], tuple(enumerate(kv[1])))
-    )
+    seqs = st.tuples(
+        st.sampled_from(["list", "tuple"]), st.lists(children, min_size=1, max_size=3)
+    ).map(lambda kv: Node(kv[0], tuple(enumerate(kv[1]))))
     named = st.one_of(st.tuples(children, children), st.tuples(children, children, children)).map(
         lambda t: Node("namedtuple", tuple(enumerate(t)))
     )
@@ -202,7 +209,10 @@ def _schemas() -> st.SearchStrategy:
         if isinstance(root, Leaf):
             root = Node("dict", (("img", root),))
         if not any(leaf.kind not in ("string",) for _, leaf in leaves(root)):
-            root = Node(root.kind if root.kind == "dict" else "dict", root.children + (("label", Leaf("number")),))
+            root = Node(
+                root.kind if root.kind == "dict" else "dict",
+                root.children + (("label", Leaf("number")),),
+            )
             if root.children[0][0] == 0:  # was a sequence: keep keys unique
                 root = Node("dict", tuple((f"k{i}", c) for i, (_, c) in enumerate(root.children)))
         return root
@@ -281,11 +291,20 @@ def _layout(array: np.ndarray, layout: str, seed: int) -> np.ndarray:
 
 def _cpu_payload(payload: str, index: int, seed: int) -> Any:
     if payload == "dict":
-        return {"idx": index, "ori_shape": (seed % 7, seed % 5), "filename": f"img_{seed}.jpg", "flip": seed % 2 == 0}
+        return {
+            "idx": index,
+            "ori_shape": (seed % 7, seed % 5),
+            "filename": f"img_{seed}.jpg",
+            "flip": seed % 2 == 0,
+        }
     if payload == "string":
         return f"sample {index}"
     if payload == "ndarray":
-        return np.array([f"s{index}", "x"]) if seed % 2 else _numpy(_values((2, 2), torch.float32, seed))
+        return (
+            np.array([f"s{index}", "x"])
+            if seed % 2
+            else _numpy(_values((2, 2), torch.float32, seed))
+        )
     return _values((seed % 3, 2), torch.float32, seed)
 
 
@@ -307,7 +326,9 @@ def _get(sample: Any, schema: Any, path_keys: List[Any]) -> Any:
     return sample
 
 
-def _keys_of(schema: Any, target: str, path: str = "", keys: Optional[list] = None) -> Optional[list]:
+def _keys_of(
+    schema: Any, target: str, path: str = "", keys: Optional[list] = None
+) -> Optional[list]:
     keys = keys or []
     if path == target:
         return keys
@@ -343,7 +364,9 @@ def _name(path: str) -> str:
 @st.composite
 def _mutation(draw: st.DrawFn, schema: Any, samples: List[Any]) -> Tuple[List[Any], Mutation]:
     i = draw(st.integers(0, len(samples) - 1))
-    choices = [("leaf", p, l) for p, l in leaves(schema)] + [("node", p, n) for p, n in _nodes(schema)]
+    choices = [("leaf", p, l) for p, l in leaves(schema)] + [
+        ("node", p, n) for p, n in _nodes(schema)
+    ]
     where, path, spec = draw(st.sampled_from(choices))
     keys = _keys_of(schema, path)
     if where == "node":
@@ -392,11 +415,17 @@ def _mutate_leaf(draw: st.DrawFn, samples: List[Any], i: int, path: str, keys: l
         fn = lambda dc: DataContainer(dc.data, cpu_only=not dc.cpu_only)  # noqa: E731
     elif what == "pad_dims":
         other = draw(st.sampled_from([p for p in (None, 1, 2, 3) if p != leaf.pad_dims]))
-        fn = lambda dc: DataContainer(dc.data, stack=True, pad_dims=other, padding_value=dc.padding_value)  # noqa: E731
+        fn = lambda dc: DataContainer(
+            dc.data, stack=True, pad_dims=other, padding_value=dc.padding_value
+        )  # noqa: E731
     elif what == "padding":
         bad = draw(st.sampled_from(_BAD_PADDING[leaf.dtype]))
         fn = lambda dc: DataContainer(  # noqa: E731
-            dc.data, stack=True, padding_value=bad, pad_dims=dc.pad_dims, size_divisor=dc.size_divisor
+            dc.data,
+            stack=True,
+            padding_value=bad,
+            pad_dims=dc.pad_dims,
+            size_divisor=dc.size_divisor,
         )
     elif what == "dtype":
         other = draw(st.sampled_from([d for d in DTYPES if d != leaf.dtype]))
@@ -425,8 +454,11 @@ def _with_tensor(fn: Any) -> Any:
     def apply(value: Any) -> Any:
         if isinstance(value, DataContainer):
             return DataContainer(
-                fn(value.data), stack=value.stack, padding_value=value.padding_value,
-                pad_dims=value.pad_dims, size_divisor=value.size_divisor,
+                fn(value.data),
+                stack=value.stack,
+                padding_value=value.padding_value,
+                pad_dims=value.pad_dims,
+                size_divisor=value.size_divisor,
             )
         if isinstance(value, np.ndarray):
             return fn(torch.from_numpy(value)).numpy()

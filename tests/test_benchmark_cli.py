@@ -1,4 +1,5 @@
 """tools/benchmark.py as a user runs it: sections found, run in quick mode, Markdown out."""
+
 from __future__ import annotations
 
 import subprocess
@@ -14,7 +15,10 @@ ROOT = Path(__file__).resolve().parents[1]
 def _run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, str(ROOT / "tools" / "benchmark.py"), *args],
-        capture_output=True, text=True, timeout=300, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
     )
 
 
@@ -46,7 +50,9 @@ def test_quick_hotpath_section_compares_this_tree_with_a_baseline_revision() -> 
     assert "Target: this tree at most 5% slower than `HEAD`" in out
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the section runs for minutes; run it by hand")
+@pytest.mark.skipif(
+    torch.cuda.is_available(), reason="on a GPU the section runs for minutes; run it by hand"
+)
 def test_gpu_section_skips_without_cuda() -> None:
     proc = _run("gpu")
     assert "## GPU" in proc.stdout and "Skipped: CUDA is not available" in proc.stdout

@@ -1,4 +1,5 @@
 """build_dataloader: sampler choice, collate, and worker seeding with real workers."""
+
 from __future__ import annotations
 
 import functools
@@ -11,8 +12,9 @@ import pytest
 import torch
 from torch.utils.data import Dataset, SequentialSampler, get_worker_info
 
-from mmpar.data.builder import _EpochCounter, build_dataloader, seed_worker, set_loader_epoch
+from mmpar.data import build_dataloader, seed_worker, set_loader_epoch
 from mmpar.data.samplers import DistributedGroupSampler, DistributedSampler, GroupSampler
+from mmpar.data.worker_seeds import EpochCounter
 from mmpar.data_container import DataContainer
 from tests._dist_helpers import run_workers
 
@@ -47,7 +49,9 @@ def _run_epoch(loader, epoch: int, repeats_allowed: bool = False) -> Epoch:
     set_loader_epoch(loader, epoch)
     out: Epoch = {}
     for batch in loader:
-        for idx, worker, draws in zip(batch["idx"].tolist(), batch["worker"].tolist(), batch["draws"].tolist()):
+        for idx, worker, draws in zip(
+            batch["idx"].tolist(), batch["worker"].tolist(), batch["draws"].tolist()
+        ):
             assert repeats_allowed or idx not in out
             out.setdefault(idx, (worker, tuple(draws)))
     return out
@@ -85,7 +89,7 @@ def test_worker_streams_differ_by_worker_and_epoch_and_repeat_for_seed(persisten
 
 def test_seed_worker_separates_ranks_and_epochs():
     def state(seed: int, rank: int, epoch: int, worker: int) -> Tuple[float, float, float]:
-        counter = _EpochCounter()
+        counter = EpochCounter()
         counter(epoch)
         seed_worker(worker, seed, rank, counter)
         return random.random(), float(np.random.rand()), float(torch.rand(()))
@@ -98,7 +102,9 @@ def test_seed_worker_separates_ranks_and_epochs():
 
 def test_user_worker_init_fn_runs_after_seeding():
     calls = []
-    init = functools.partial(seed_worker, seed=1, rank=0, epoch=_EpochCounter(), user_init_fn=calls.append)
+    init = functools.partial(
+        seed_worker, seed=1, rank=0, epoch=EpochCounter(), user_init_fn=calls.append
+    )
     init(3)
     assert calls == [3]
 
@@ -111,7 +117,9 @@ def test_group_dataset_gets_group_batch_sampler_and_collated_chunks():
     for batch in loader:
         img = batch["img"]
         assert isinstance(img, DataContainer) and img.stack
-        assert [c.shape[0] for c in img.data] == [len(c) for c in np.array_split(batch["idx"], len(img.data))]
+        assert [c.shape[0] for c in img.data] == [
+            len(c) for c in np.array_split(batch["idx"], len(img.data))
+        ]
         sizes.append(len(batch["idx"]))
         assert len({int(ds.flag[i]) for i in batch["idx"]}) == 1
     assert sorted(sizes) == [3, 3, 4]  # group 0: 4 + 3, group 1: 3; every sample once
@@ -170,11 +178,27 @@ def test_size_aware_without_effect_warns():
     "kwargs, error, match",
     [
         (dict(samples_per_gpu=0, workers_per_gpu=0), ValueError, "samples_per_gpu must be >= 1"),
-        (dict(samples_per_gpu=1, workers_per_gpu=-1), ValueError, "workers_per_gpu must be >= 0, got -1"),
+        (
+            dict(samples_per_gpu=1, workers_per_gpu=-1),
+            ValueError,
+            "workers_per_gpu must be >= 0, got -1",
+        ),
         (dict(samples_per_gpu=1, workers_per_gpu=1.0), TypeError, "workers_per_gpu must be an int"),
-        (dict(samples_per_gpu=1, workers_per_gpu=0, num_gpus=0), ValueError, "num_gpus must be >= 1"),
-        (dict(samples_per_gpu=1, workers_per_gpu=0, batch_size=4), TypeError, "batch_size are derived"),
-        (dict(samples_per_gpu=1, workers_per_gpu=0, sampler=SequentialSampler(range(4))), TypeError, "sampler"),
+        (
+            dict(samples_per_gpu=1, workers_per_gpu=0, num_gpus=0),
+            ValueError,
+            "num_gpus must be >= 1",
+        ),
+        (
+            dict(samples_per_gpu=1, workers_per_gpu=0, batch_size=4),
+            TypeError,
+            "batch_size are derived",
+        ),
+        (
+            dict(samples_per_gpu=1, workers_per_gpu=0, sampler=SequentialSampler(range(4))),
+            TypeError,
+            "sampler",
+        ),
     ],
 )
 def test_bad_arguments(kwargs, error, match):
@@ -197,7 +221,9 @@ def _dist_loader_epoch(rank: int, world_size: int) -> list:
 
 @pytest.mark.slow
 def test_dist_loaders_over_gloo_share_seed_and_split_work():
-    (seed0, n0, idx0, draws0), (seed1, n1, idx1, draws1) = run_workers(_dist_loader_epoch, 2, timeout=120)
+    (seed0, n0, idx0, draws0), (seed1, n1, idx1, draws1) = run_workers(
+        _dist_loader_epoch, 2, timeout=120
+    )
     assert seed0 == seed1 and n0 == n1 == 3
     assert set(idx0) | set(idx1) == set(range(11))
     assert not set(draws0) & set(draws1)  # worker streams differ between ranks

@@ -1,4 +1,5 @@
 """build_dataloader with mmdet 2.x's arguments; the epoch reached by every path mmcv uses."""
+
 from __future__ import annotations
 
 import itertools
@@ -9,8 +10,8 @@ import numpy as np
 import pytest
 from torch.utils.data import DataLoader, Dataset, SequentialSampler
 
+from mmpar.data import build_dataloader, set_loader_epoch
 from mmpar.data.batch_sampler_loader import BatchSamplerLoader
-from mmpar.data.builder import build_dataloader, set_loader_epoch
 from mmpar.data.samplers import (
     DistributedGroupSampler,
     DistributedSampler,
@@ -38,8 +39,17 @@ class Draws(Dataset):
 
 def _mmdet_train_args(dist: bool, runner_type: str) -> dict:
     """What mmdet 2.28's train_detector passes (defaults merged with cfg.data.train_dataloader)."""
-    return dict(samples_per_gpu=2, workers_per_gpu=0, num_gpus=1, dist=dist, seed=0,
-                runner_type=runner_type, persistent_workers=False, shuffle=True, class_aware_sampler=None)
+    return dict(
+        samples_per_gpu=2,
+        workers_per_gpu=0,
+        num_gpus=1,
+        dist=dist,
+        seed=0,
+        runner_type=runner_type,
+        persistent_workers=False,
+        shuffle=True,
+        class_aware_sampler=None,
+    )
 
 
 @pytest.mark.parametrize(
@@ -49,7 +59,11 @@ def _mmdet_train_args(dist: bool, runner_type: str) -> dict:
         (False, "EpochBasedRunner", GroupSampler),
         (True, "IterBasedRunner", InfiniteGroupBatchSampler),
         (False, "IterBasedRunner", InfiniteGroupBatchSampler),
-        (False, "EpochBasedRunnerAmp", GroupSampler),  # any other runner name: the epoch loader, as in mmdet
+        (
+            False,
+            "EpochBasedRunnerAmp",
+            GroupSampler,
+        ),  # any other runner name: the epoch loader, as in mmdet
     ],
 )
 def test_mmdet_train_arguments_are_accepted(dist, runner_type, kind):
@@ -62,18 +76,31 @@ def test_mmdet_train_arguments_are_accepted(dist, runner_type, kind):
 
 def test_mmdet_test_arguments_and_positional_order():
     ds = Draws(5, flag=[0, 1, 0, 1, 0])
-    loader = build_dataloader(ds, samples_per_gpu=1, workers_per_gpu=0, dist=False, shuffle=False,
-                              persistent_workers=False)
+    loader = build_dataloader(
+        ds,
+        samples_per_gpu=1,
+        workers_per_gpu=0,
+        dist=False,
+        shuffle=False,
+        persistent_workers=False,
+    )
     assert [int(b["idx"]) for b in loader] == list(range(5))
     # mmdet's positional order: dataset, samples_per_gpu, workers_per_gpu, num_gpus, dist,
     # shuffle, seed, runner_type, persistent_workers, class_aware_sampler
     loader = build_dataloader(ds, 2, 0, 1, False, False, 0, "IterBasedRunner", False, None)
     assert isinstance(loader.batch_sampler, InfiniteBatchSampler)
-    assert [b["idx"].tolist() for b in itertools.islice(loader, 4)] == [[0, 1], [2, 3], [4, 3], [0, 1]]
+    assert [b["idx"].tolist() for b in itertools.islice(loader, 4)] == [
+        [0, 1],
+        [2, 3],
+        [4, 3],
+        [0, 1],
+    ]
 
 
 def test_dataloader_keyword_arguments_pass_through():
-    loader = build_dataloader(Draws(4), 2, 1, seed=0, timeout=30, prefetch_factor=3, pin_memory=False)
+    loader = build_dataloader(
+        Draws(4), 2, 1, seed=0, timeout=30, prefetch_factor=3, pin_memory=False
+    )
     assert (loader.timeout, loader.prefetch_factor) == (30, 3)
     assert sorted(i for b in loader for i in b["idx"].tolist()) == [0, 1, 2, 3]
 
@@ -81,11 +108,22 @@ def test_dataloader_keyword_arguments_pass_through():
 @pytest.mark.parametrize(
     "kwargs, error, match",
     [
-        (dict(runner_typ="IterBasedRunner"), TypeError, "unexpected keyword argument.*'runner_typ'"),
+        (
+            dict(runner_typ="IterBasedRunner"),
+            TypeError,
+            "unexpected keyword argument.*'runner_typ'",
+        ),
         (dict(samples_per_gpus=2), TypeError, "'samples_per_gpus'"),
-        (dict(runner_type=None), TypeError, "runner_type must be a runner name \\(str\\).*got NoneType"),
-        (dict(class_aware_sampler=dict(num_sample_class=1)), ValueError,
-         "class_aware_sampler is not supported.*expected None, got \\{'num_sample_class': 1\\}"),
+        (
+            dict(runner_type=None),
+            TypeError,
+            "runner_type must be a runner name \\(str\\).*got NoneType",
+        ),
+        (
+            dict(class_aware_sampler=dict(num_sample_class=1)),
+            ValueError,
+            "class_aware_sampler is not supported.*expected None, got \\{'num_sample_class': 1\\}",
+        ),
         (dict(batch_sampler=None), TypeError, "batch_sampler are derived"),
     ],
 )
@@ -214,7 +252,9 @@ def _dist_epochs(rank: int, world_size: int) -> list:
     for e in range(4):
         EPOCH_PATHS["loader.sampler" if e % 2 else "loader.batch_sampler.sampler"](loader, e)
         orders.append([i for b in loader for i in b["idx"].tolist()])
-    endless = build_dataloader(Draws(16, flag=[0, 1] * 8), 2, 0, dist=True, runner_type="IterBasedRunner")
+    endless = build_dataloader(
+        Draws(16, flag=[0, 1] * 8), 2, 0, dist=True, runner_type="IterBasedRunner"
+    )
     stream = [i for b in itertools.islice(endless, 3 * len(endless)) for i in b["idx"].tolist()]
     return [orders, [stream[p * 8 : (p + 1) * 8] for p in range(3)]]
 

@@ -1,4 +1,5 @@
 """Checkpoints: atomic saves, weights_only loading, latest.pth, random states."""
+
 from __future__ import annotations
 
 import os
@@ -12,8 +13,13 @@ from torch import nn
 
 from mmpar.data_parallel import MMDataParallel
 from mmpar.runner import checkpoint as ckpt_module
-from mmpar.runner.checkpoint import (atomic_write, find_latest_checkpoint, load_checkpoint, save_checkpoint,
-                                     update_latest)
+from mmpar.runner.checkpoint import (
+    atomic_write,
+    find_latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+    update_latest,
+)
 from mmpar.runner.rng import get_rng_state, set_random_seed, set_rng_state
 
 
@@ -33,8 +39,13 @@ def trained_pair(seed: int = 0):
 def test_round_trip_with_weights_only(tmp_path: Path) -> None:
     model, optimizer = trained_pair()
     path = tmp_path / "epoch_1.pth"
-    save_checkpoint(path, MMDataParallel(model, device_ids=["cpu"]), optimizer,
-                    meta=dict(epoch=1, iter=5, seed=3, config="x = 1"), rng=get_rng_state())
+    save_checkpoint(
+        path,
+        MMDataParallel(model, device_ids=["cpu"]),
+        optimizer,
+        meta=dict(epoch=1, iter=5, seed=3, config="x = 1"),
+        rng=get_rng_state(),
+    )
     raw = torch.load(path, weights_only=True)
     assert set(raw) == {"meta", "state_dict", "optimizer", "rng"} and raw["meta"]["iter"] == 5
     assert all(not k.startswith("module.") for k in raw["state_dict"])  # the wrapper is unwrapped
@@ -52,7 +63,9 @@ def _umask() -> int:
     return mask
 
 
-def test_failed_save_keeps_the_previous_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_failed_save_keeps_the_previous_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     model, optimizer = trained_pair()
     path = tmp_path / "epoch_1.pth"
     save_checkpoint(path, model, optimizer, meta=dict(epoch=1))
@@ -131,7 +144,9 @@ def test_load_errors_are_clear(tmp_path: Path) -> None:
     weights_only = tmp_path / "weights.pth"
     torch.save(dict(state_dict=nn.Linear(1, 1).state_dict()), weights_only)
     with pytest.raises(ValueError, match="no 'optimizer'"):
-        load_checkpoint(weights_only, nn.Linear(1, 1), torch.optim.SGD(nn.Linear(1, 1).parameters(), lr=0.1))
+        load_checkpoint(
+            weights_only, nn.Linear(1, 1), torch.optim.SGD(nn.Linear(1, 1).parameters(), lr=0.1)
+        )
     with pytest.raises(TypeError, match="model must be an nn.Module"):
         save_checkpoint(tmp_path / "x.pth", "model")
     whole = tmp_path / "whole.pth"

@@ -7,6 +7,7 @@ checkpoint 5, and right after checkpoint 3 (the run kills itself there, through
 ``tests/scripts/train_killed_at_save.py``); a fourth lands wherever the run is
 0.2 s after its first checkpoint.
 """
+
 from __future__ import annotations
 
 import os
@@ -25,8 +26,13 @@ from mmpar.runner.checkpoint import find_latest_checkpoint
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = str(ROOT / "configs" / "tiny_det" / "tiny_det_synthetic.py")
 EPOCHS = 8
-OPTIONS = [f"runner.max_epochs={EPOCHS}", "data.train.num_samples=16", "data.samples_per_gpu=4",
-           "log_config.interval=1", "checkpoint_config.interval=1"]
+OPTIONS = [
+    f"runner.max_epochs={EPOCHS}",
+    "data.train.num_samples=16",
+    "data.samples_per_gpu=4",
+    "log_config.interval=1",
+    "checkpoint_config.interval=1",
+]
 RUN_TIMEOUT = 120
 
 
@@ -35,8 +41,20 @@ BITWISE = ["--deterministic"] if torch.cuda.is_available() else []
 
 
 def _command(work_dir: Path, *extra: str) -> List[str]:
-    return [sys.executable, "tools/train.py", CONFIG, "--work-dir", str(work_dir), "--seed", "3", "--no-validate",
-            *BITWISE, *extra, "--cfg-options", *OPTIONS]
+    return [
+        sys.executable,
+        "tools/train.py",
+        CONFIG,
+        "--work-dir",
+        str(work_dir),
+        "--seed",
+        "3",
+        "--no-validate",
+        *BITWISE,
+        *extra,
+        "--cfg-options",
+        *OPTIONS,
+    ]
 
 
 def _env() -> Dict[str, str]:
@@ -44,8 +62,14 @@ def _env() -> Dict[str, str]:
 
 
 def train(work_dir: Path, *extra: str) -> None:
-    proc = subprocess.run(_command(work_dir, *extra), cwd=ROOT, env=_env(), capture_output=True, text=True,
-                          timeout=RUN_TIMEOUT)
+    proc = subprocess.run(
+        _command(work_dir, *extra),
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
@@ -60,15 +84,25 @@ def train_and_kill(work_dir: Path, mode: str, nth_save: int) -> None:
     process at that point."""
     script = ROOT / "tests" / "scripts" / "train_killed_at_save.py"
     cmd = [sys.executable, str(script), mode, str(nth_save), *_command(work_dir)[2:]]
-    proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=RUN_TIMEOUT)
-    assert proc.returncode == -signal.SIGKILL, f"expected death by SIGKILL, got {proc.returncode}: {proc.stderr[-2000:]}"
+    proc = subprocess.run(
+        cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=RUN_TIMEOUT
+    )
+    assert proc.returncode == -signal.SIGKILL, (
+        f"expected death by SIGKILL, got {proc.returncode}: {proc.stderr[-2000:]}"
+    )
 
 
 def train_and_kill_after(work_dir: Path, delay: float) -> None:
     """Run training and SIGKILL it ``delay`` seconds after its first checkpoint
     exists, wherever it then is (a save, a step, data loading)."""
-    proc = subprocess.Popen(_command(work_dir), cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        _command(work_dir),
+        cwd=ROOT,
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + RUN_TIMEOUT
     first_ckpt: Optional[float] = None
     try:
@@ -97,7 +131,9 @@ def final_weights(work_dir: Path) -> Dict[str, torch.Tensor]:
 
 
 @pytest.mark.slow
-def test_sigkill_at_any_moment_leaves_a_loadable_checkpoint_and_resume_matches(tmp_path: Path) -> None:
+def test_sigkill_at_any_moment_leaves_a_loadable_checkpoint_and_resume_matches(
+    tmp_path: Path,
+) -> None:
     reference = tmp_path / "reference"
     train(reference)
     expected = final_weights(reference)
@@ -118,7 +154,9 @@ def test_sigkill_at_any_moment_leaves_a_loadable_checkpoint_and_resume_matches(t
         if expected_latest is not None:
             assert latest is not None and latest.resolve().name == expected_latest, (where, latest)
         if where.startswith("inside"):
-            assert _temp_files(work_dir), "the kill should have left the half-written temporary file"
+            assert _temp_files(work_dir), (
+                "the kill should have left the half-written temporary file"
+            )
         train(work_dir, "--auto-resume")
         assert not _temp_files(work_dir), "the resumed run should remove what a killed save left"
         got = final_weights(work_dir)

@@ -1,8 +1,8 @@
 """Tests of CocoDetection on annotation files and PNG images written here."""
+
 from __future__ import annotations
 
 import copy
-import json
 from functools import partial
 
 import numpy as np
@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader
 
 from mmpar.collate import collate
 from mmpar.data.datasets import CocoDetection
-from mmpar.data.registry import DATASETS
+from mmpar.registry import DATASETS
 from tests._coco_files import write_coco_files
 
 Image = pytest.importorskip("PIL.Image")
@@ -45,7 +45,11 @@ ANNOTATIONS = [
 
 def write_coco(root, data=None, images=True) -> tuple:
     """Write the annotation file and (optionally) the PNG images of IMAGES under ``root``."""
-    data = data if data is not None else dict(images=IMAGES, annotations=ANNOTATIONS, categories=CATEGORIES)
+    data = (
+        data
+        if data is not None
+        else dict(images=IMAGES, annotations=ANNOTATIONS, categories=CATEGORIES)
+    )
     return write_coco_files(root, data, images=IMAGES if images else ())
 
 
@@ -104,7 +108,9 @@ def test_getitem_loads_the_image_and_moves_the_boxes(coco):
     assert meta["ori_shape"] == (30, 40, 3) and meta["img_shape"] == (48, 64, 3)
     assert meta["pad_shape"] == (48, 64, 3) and meta["filename"].endswith("a.png")
     np.testing.assert_allclose(meta["scale_factor"], [1.6] * 4)
-    np.testing.assert_allclose(out["gt_bboxes"].data, torch.tensor([[3.2, 4.8, 19.2, 17.6], [32.8, 2.4, 56.8, 34.4]]))
+    np.testing.assert_allclose(
+        out["gt_bboxes"].data, torch.tensor([[3.2, 4.8, 19.2, 17.6], [32.8, 2.4, 56.8, 34.4]])
+    )
     assert out["gt_labels"].data.tolist() == [1, 2]
     np.testing.assert_allclose(out["gt_bboxes_ignore"].data, torch.tensor([[0.0, 0.0, 64.0, 48.0]]))
     original = np.asarray(Image.open(f"{folder}/a.png"))
@@ -126,11 +132,16 @@ def test_default_pipeline(coco):
 
 def test_dataloader_with_workers(coco):
     ds = CocoDetection(*coco, pipeline=SMALL, test_mode=True)
-    loader = DataLoader(ds, batch_size=3, num_workers=2, collate_fn=partial(collate, samples_per_gpu=2), timeout=60)
+    loader = DataLoader(
+        ds, batch_size=3, num_workers=2, collate_fn=partial(collate, samples_per_gpu=2), timeout=60
+    )
     (batch,) = list(loader)
     assert [tuple(t.shape) for t in batch["img"].data] == [(2, 3, 64, 64), (1, 3, 48, 48)]
     metas = batch["img_metas"].data
-    assert [[m["ori_filename"] for m in chunk] for chunk in metas] == [["a.png", "sub/b.png"], ["c.png"]]
+    assert [[m["ori_filename"] for m in chunk] for chunk in metas] == [
+        ["a.png", "sub/b.png"],
+        ["c.png"],
+    ]
     assert [len(chunk) for chunk in batch["gt_bboxes"].data] == [2, 1]
     assert batch["gt_bboxes"].data[1][0].shape == (0, 4)
 
@@ -171,10 +182,19 @@ MALFORMED = [
     (lambda d: d.pop("annotations"), r"has no 'annotations' key"),
     (lambda d: d.update(images={}), r"'images' must be a list"),
     (lambda d: d["annotations"][3].pop("bbox"), r"annotations\[3\] has no 'bbox'"),
-    (lambda d: d["annotations"][2].update(bbox=[1, 2, 3]), r"annotations\[2\]\.bbox must be 4 finite numbers"),
+    (
+        lambda d: d["annotations"][2].update(bbox=[1, 2, 3]),
+        r"annotations\[2\]\.bbox must be 4 finite numbers",
+    ),
     (lambda d: d["annotations"][1].update(bbox=[1, "2", 3, 4]), r"annotations\[1\]\.bbox"),
-    (lambda d: d["annotations"][0].update(category_id=99), r"annotations\[0\]\.category_id 99 is not the id of any"),
-    (lambda d: d["annotations"][5].update(image_id=4), r"annotations\[5\]\.image_id 4 is not the id of any image"),
+    (
+        lambda d: d["annotations"][0].update(category_id=99),
+        r"annotations\[0\]\.category_id 99 is not the id of any",
+    ),
+    (
+        lambda d: d["annotations"][5].update(image_id=4),
+        r"annotations\[5\]\.image_id 4 is not the id of any image",
+    ),
     (lambda d: d["annotations"][0].pop("image_id"), r"annotations\[0\] has no 'image_id'"),
     (lambda d: d["annotations"][0].update(iscrowd=2), r"annotations\[0\]\.iscrowd must be 0 or 1"),
     (lambda d: d["images"][1].pop("file_name"), r"images\[1\] has no 'file_name'"),

@@ -1,4 +1,5 @@
 """collate: chunking, the three kinds of container, nested structures, errors, DataLoader workers."""
+
 from __future__ import annotations
 
 import functools
@@ -35,7 +36,10 @@ def _det_sample(i: int, h: int = 4, w: int = 5, n_boxes: int = 2) -> dict:
 # ---------------------------------------------------------------- chunking
 
 
-@pytest.mark.parametrize("n, spg, sizes", [(4, 2, [2, 2]), (5, 2, [2, 2, 1]), (3, 1, [1, 1, 1]), (3, 8, [3]), (1, 1, [1])])
+@pytest.mark.parametrize(
+    "n, spg, sizes",
+    [(4, 2, [2, 2]), (5, 2, [2, 2, 1]), (3, 1, [1, 1, 1]), (3, 8, [3]), (1, 1, [1])],
+)
 def test_chunks_per_samples_per_gpu(n: int, spg: int, sizes: List[int]) -> None:
     out = collate([_det_sample(i) for i in range(n)], samples_per_gpu=spg)
     assert [t.shape[0] for t in out["img"].data] == sizes
@@ -65,7 +69,16 @@ def test_empty_box_lists_are_kept() -> None:
 
 def test_cpu_only_metadata_incl_numpy() -> None:
     metas = [{"scale": np.array([1.0, 2.0]) * i, "flip": bool(i % 2)} for i in range(3)]
-    out = collate([{"m": DataContainer(m, cpu_only=True), "a": DataContainer(np.arange(i + 1), cpu_only=True)} for i, m in enumerate(metas)], 2)
+    out = collate(
+        [
+            {
+                "m": DataContainer(m, cpu_only=True),
+                "a": DataContainer(np.arange(i + 1), cpu_only=True),
+            }
+            for i, m in enumerate(metas)
+        ],
+        2,
+    )
     assert out["m"].cpu_only and out["a"].cpu_only
     assert [len(chunk) for chunk in out["m"].data] == [2, 1]
     flat = [m for chunk in out["m"].data for m in chunk]
@@ -102,7 +115,9 @@ def test_stack_pads_bottom_right_with_each_samples_value_per_chunk() -> None:
     assert second.item() == 3.0
 
 
-@pytest.mark.parametrize("divisor, expected", [(1, (5, 7)), (4, (8, 8)), (32, (32, 32)), (5, (5, 10))])
+@pytest.mark.parametrize(
+    "divisor, expected", [(1, (5, 7)), (4, (8, 8)), (32, (32, 32)), (5, (5, 10))]
+)
 def test_size_divisor_rounds_each_padded_dim_up(divisor: int, expected: tuple) -> None:
     samples = [
         DataContainer(torch.ones(3, 5, 2), stack=True, size_divisor=divisor, padding_value=9),
@@ -128,7 +143,13 @@ def test_size_divisor_rounds_each_padded_dim_up(divisor: int, expected: tuple) -
 )
 def test_pad_dims(pad_dims: Any, shapes: list, expected: tuple) -> None:
     tensors = [torch.randn(s) for s in shapes]
-    out = collate([DataContainer(t, stack=True, pad_dims=pad_dims, padding_value=float("nan")) for t in tensors], 2)
+    out = collate(
+        [
+            DataContainer(t, stack=True, pad_dims=pad_dims, padding_value=float("nan"))
+            for t in tensors
+        ],
+        2,
+    )
     assert out.pad_dims == pad_dims
     stacked = out.data[0]
     assert stacked.shape == expected
@@ -146,16 +167,20 @@ def test_token_ids_padded_with_pad_id() -> None:
 
 
 def test_uint8_kept() -> None:
-    samples = [DataContainer(torch.full((1, 2, 2), 200, dtype=torch.uint8), stack=True, padding_value=255),
-               DataContainer(torch.zeros(1, 3, 1, dtype=torch.uint8), stack=True, padding_value=255)]
+    samples = [
+        DataContainer(torch.full((1, 2, 2), 200, dtype=torch.uint8), stack=True, padding_value=255),
+        DataContainer(torch.zeros(1, 3, 1, dtype=torch.uint8), stack=True, padding_value=255),
+    ]
     out = collate(samples, 2).data[0]
     assert out.dtype == torch.uint8
     assert out[1, 0, :, 1].tolist() == [255, 255, 255]
 
 
 def test_numpy_scalar_padding_value() -> None:
-    samples = [DataContainer(torch.zeros(1, 1), stack=True, padding_value=np.float32(0.5)),
-               DataContainer(torch.zeros(1, 2), stack=True, padding_value=np.float32(0.5))]
+    samples = [
+        DataContainer(torch.zeros(1, 1), stack=True, padding_value=np.float32(0.5)),
+        DataContainer(torch.zeros(1, 2), stack=True, padding_value=np.float32(0.5)),
+    ]
     assert collate(samples, 2).data[0][0].tolist() == [[0.0, 0.5]]
 
 
@@ -181,12 +206,19 @@ def test_result_keeps_every_flag(flags: dict) -> None:
 
 def test_nested_dicts_lists_tuples() -> None:
     samples = [
-        {"inputs": [DataContainer(torch.ones(1, 2, 2) * i, stack=True), (torch.tensor(i), "s%d" % i)],
-         "extra": {"deep": {"meta": DataContainer({"i": i}, cpu_only=True)}}}
+        {
+            "inputs": [
+                DataContainer(torch.ones(1, 2, 2) * i, stack=True),
+                (torch.tensor(i), "s%d" % i),
+            ],
+            "extra": {"deep": {"meta": DataContainer({"i": i}, cpu_only=True)}},
+        }
         for i in range(4)
     ]
     out = collate(samples, 2)
-    assert isinstance(out["inputs"], list) and isinstance(out["inputs"][1], list)  # plain tuples become lists
+    assert isinstance(out["inputs"], list) and isinstance(
+        out["inputs"][1], list
+    )  # plain tuples become lists
     assert [t.shape for t in out["inputs"][0].data] == [(2, 1, 2, 2)] * 2
     assert torch.equal(out["inputs"][1][0], torch.arange(4))
     assert out["inputs"][1][1] == ["s0", "s1", "s2", "s3"]
@@ -264,20 +296,35 @@ def test_samples_per_gpu_not_an_int(spg: Any) -> None:
 
 
 def test_stack_needs_tensors() -> None:
-    with pytest.raises(TypeError, match=r"field 'img'.*stack=True needs tensors.*sample 0 holds list"):
+    with pytest.raises(
+        TypeError, match=r"field 'img'.*stack=True needs tensors.*sample 0 holds list"
+    ):
         collate([{"img": DataContainer([1, 2], stack=True)}])
     # pad_stack numbers the samples within their chunk; the message says which chunk.
-    with pytest.raises(TypeError, match=r"field 'img' \(chunk 1: batch samples 1\.\.1\).*holds ndarray"):
-        collate([{"img": DataContainer(torch.zeros(2, 2), stack=True)}, {"img": DataContainer(np.zeros((2, 2)), stack=True)}])
+    with pytest.raises(
+        TypeError, match=r"field 'img' \(chunk 1: batch samples 1\.\.1\).*holds ndarray"
+    ):
+        collate(
+            [
+                {"img": DataContainer(torch.zeros(2, 2), stack=True)},
+                {"img": DataContainer(np.zeros((2, 2)), stack=True)},
+            ]
+        )
 
 
 def test_fewer_dims_than_pad_dims() -> None:
-    with pytest.raises(ValueError, match=r"field 'img'.*pad_dims=3 needs tensors of at least 3 dimensions.*\(4, 4\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"field 'img'.*pad_dims=3 needs tensors of at least 3 dimensions.*\(4, 4\)",
+    ):
         collate([{"img": DataContainer(torch.zeros(4, 4), stack=True, pad_dims=3)}])
 
 
 def test_disagreeing_leading_dims() -> None:
-    batch = [{"img": DataContainer(torch.zeros(3, 4, 4), stack=True)}, {"img": DataContainer(torch.zeros(1, 4, 4), stack=True)}]
+    batch = [
+        {"img": DataContainer(torch.zeros(3, 4, 4), stack=True)},
+        {"img": DataContainer(torch.zeros(1, 4, 4), stack=True)},
+    ]
     with pytest.raises(ValueError, match=r"field 'img'.*must agree.*\(3, 4, 4\).*\(1, 4, 4\)"):
         collate(batch, 2)
     collate(batch, 1)  # in different chunks they need not agree
@@ -285,14 +332,24 @@ def test_disagreeing_leading_dims() -> None:
 
 def test_disagreeing_shapes_without_padding() -> None:
     with pytest.raises(ValueError, match=r"field 'seg'.*shapes must agree"):
-        collate([{"seg": DataContainer(torch.zeros(2, 2), stack=True, pad_dims=None)},
-                 {"seg": DataContainer(torch.zeros(2, 3), stack=True, pad_dims=None)}], 2)
+        collate(
+            [
+                {"seg": DataContainer(torch.zeros(2, 2), stack=True, pad_dims=None)},
+                {"seg": DataContainer(torch.zeros(2, 3), stack=True, pad_dims=None)},
+            ],
+            2,
+        )
 
 
 def test_disagreeing_dtypes() -> None:
     with pytest.raises(ValueError, match=r"field 'img'.*dtypes must agree.*float32.*uint8"):
-        collate([{"img": DataContainer(torch.zeros(1, 2, 2), stack=True)},
-                 {"img": DataContainer(torch.zeros(1, 2, 2, dtype=torch.uint8), stack=True)}], 2)
+        collate(
+            [
+                {"img": DataContainer(torch.zeros(1, 2, 2), stack=True)},
+                {"img": DataContainer(torch.zeros(1, 2, 2, dtype=torch.uint8), stack=True)},
+            ],
+            2,
+        )
 
 
 @pytest.mark.parametrize(
@@ -306,27 +363,38 @@ def test_disagreeing_dtypes() -> None:
     ],
 )
 def test_disagreeing_flags(flags0: dict, flags1: dict, flag: str) -> None:
-    batch = [{"x": DataContainer(torch.zeros(1, 2, 2), **flags0)}, {"x": DataContainer(torch.zeros(1, 2, 2), **flags1)}]
+    batch = [
+        {"x": DataContainer(torch.zeros(1, 2, 2), **flags0)},
+        {"x": DataContainer(torch.zeros(1, 2, 2), **flags1)},
+    ]
     with pytest.raises(ValueError, match=rf"field 'x'.*{flag} must agree.*sample 1"):
         collate(batch)
 
 
 def test_container_in_one_sample_only() -> None:
-    with pytest.raises(ValueError, match=r"field 'gt'.*DataContainer in sample 0 but Tensor in sample 1"):
+    with pytest.raises(
+        ValueError, match=r"field 'gt'.*DataContainer in sample 0 but Tensor in sample 1"
+    ):
         collate([{"gt": DataContainer(torch.zeros(1))}, {"gt": torch.zeros(1)}])
     with pytest.raises(ValueError, match=r"field 'gt'.*DataContainer in sample 2"):
-        collate([{"gt": torch.zeros(1)}, {"gt": torch.zeros(1)}, {"gt": DataContainer(torch.zeros(1))}])
+        collate(
+            [{"gt": torch.zeros(1)}, {"gt": torch.zeros(1)}, {"gt": DataContainer(torch.zeros(1))}]
+        )
 
 
 def test_samples_whose_keys_differ() -> None:
-    with pytest.raises(ValueError, match=r"same keys.*sample 1 lacks \['b'\] and has extra \['c'\]"):
+    with pytest.raises(
+        ValueError, match=r"same keys.*sample 1 lacks \['b'\] and has extra \['c'\]"
+    ):
         collate([{"a": 1, "b": 2}, {"a": 1, "c": 2}])
     with pytest.raises(ValueError, match=r"field 'outer'.*same keys.*lacks \['y'\]"):
         collate([{"outer": {"x": 1, "y": 2}}, {"outer": {"x": 1}}])
 
 
 def test_list_fields_of_different_lengths() -> None:
-    with pytest.raises(ValueError, match=r"field 'ids'.*same length.*sample 0 has 2, sample 1 has 3"):
+    with pytest.raises(
+        ValueError, match=r"field 'ids'.*same length.*sample 0 has 2, sample 1 has 3"
+    ):
         collate([{"ids": [1, 2]}, {"ids": [1, 2, 3]}])
 
 
@@ -336,7 +404,9 @@ def test_field_of_different_kinds() -> None:
 
 
 def test_plain_tensors_of_different_shapes_point_to_containers() -> None:
-    with pytest.raises(ValueError, match=r"field 'boxes'.*shape \(2, 4\).*shape \(3, 4\).*DataContainer"):
+    with pytest.raises(
+        ValueError, match=r"field 'boxes'.*shape \(2, 4\).*shape \(3, 4\).*DataContainer"
+    ):
         collate([{"boxes": torch.zeros(2, 4)}, {"boxes": torch.zeros(3, 4)}])
 
 

@@ -1,4 +1,5 @@
 """Tests for mmpar.config: Config, ConfigDict, _base_ inheritance, dump and DictAction."""
+
 from __future__ import annotations
 
 import argparse
@@ -16,8 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mmpar.config import Config, ConfigDict, DictAction
-from mmpar.config_action import parse_option_value
+from mmpar.config import Config, ConfigDict, DictAction, parse_option_value
 
 
 def write(path: Path, text: str) -> Path:
@@ -67,7 +67,10 @@ def test_json_config_is_data(tmp_path: Path) -> None:
 
 
 def test_nested_bases_with_relative_paths(tmp_path: Path) -> None:
-    write(tmp_path / "configs/_base_/default.py", "seed = 0\nlog = dict(interval=50, hooks=['text'])\n")
+    write(
+        tmp_path / "configs/_base_/default.py",
+        "seed = 0\nlog = dict(interval=50, hooks=['text'])\n",
+    )
     write(
         tmp_path / "configs/_base_/models/retinanet.py",
         """\
@@ -76,7 +79,10 @@ def test_nested_bases_with_relative_paths(tmp_path: Path) -> None:
         log = dict(interval=10)
         """,
     )
-    write(tmp_path / "configs/_base_/schedule.json", json.dumps({"optimizer": {"type": "SGD", "lr": 0.01}}))
+    write(
+        tmp_path / "configs/_base_/schedule.json",
+        json.dumps({"optimizer": {"type": "SGD", "lr": 0.01}}),
+    )
     path = write(
         tmp_path / "configs/retinanet/r101.py",
         """\
@@ -117,7 +123,10 @@ def test_json_config_with_base(tmp_path: Path) -> None:
 
 
 def test_delete_replaces_base_dict(tmp_path: Path) -> None:
-    write(tmp_path / "base.py", "optimizer = dict(type='SGD', lr=0.01, momentum=0.9)\nhead = dict(a=dict(b=1, c=2))\n")
+    write(
+        tmp_path / "base.py",
+        "optimizer = dict(type='SGD', lr=0.01, momentum=0.9)\nhead = dict(a=dict(b=1, c=2))\n",
+    )
     path = write(
         tmp_path / "cfg.py",
         """\
@@ -228,7 +237,9 @@ def test_invalid_json_and_bad_shapes(tmp_path: Path) -> None:
 
 
 def test_config_dict_access() -> None:
-    cd = ConfigDict({"model": {"backbone": {"depth": 50}}, "steps": [{"a": 1}], "pair": ({"b": 2},)})
+    cd = ConfigDict(
+        {"model": {"backbone": {"depth": 50}}, "steps": [{"a": 1}], "pair": ({"b": 2},)}
+    )
     assert cd.model.backbone.depth == 50 and cd["model"]["backbone"]["depth"] == 50
     assert isinstance(cd.steps[0], ConfigDict) and cd.steps[0].a == 1 and cd.pair[0].b == 2
     assert hasattr(cd, "model") and not hasattr(cd, "optimizer")
@@ -249,7 +260,9 @@ def test_config_dict_access() -> None:
 def test_config_dict_copy_and_pickle() -> None:
     cd = ConfigDict({"a": {"b": [1, {"c": 2}]}})
     for clone in (copy.deepcopy(cd), pickle.loads(pickle.dumps(cd))):
-        assert clone == cd and isinstance(clone, ConfigDict) and isinstance(clone.a.b[1], ConfigDict)
+        assert (
+            clone == cd and isinstance(clone, ConfigDict) and isinstance(clone.a.b[1], ConfigDict)
+        )
         clone.a.b[1].c = 3
         assert cd.a.b[1].c == 2
     assert type(cd.to_dict()["a"]) is dict
@@ -284,8 +297,11 @@ def test_config_copies_its_input() -> None:
 def test_pretty_text_is_indented_python() -> None:
     cfg = Config(
         {
-            "model": {"type": "RetinaNet", "backbone": {"type": "ResNet", "depth": 50, "out_indices": (0, 1, 2, 3)},
-                      "neck": {"type": "FPN", "in_channels": [256, 512, 1024, 2048], "out_channels": 256}},
+            "model": {
+                "type": "RetinaNet",
+                "backbone": {"type": "ResNet", "depth": 50, "out_indices": (0, 1, 2, 3)},
+                "neck": {"type": "FPN", "in_channels": [256, 512, 1024, 2048], "out_channels": 256},
+            },
             "odd": {"not-a-name": 1, 2: None, "class": True},
             "inf": float("-inf"),
         }
@@ -322,21 +338,30 @@ def test_merge_from_dict(tmp_path: Path) -> None:
         }
     )
     assert cfg.to_dict() == {
-        "model": {"backbone": {"depth": 101, "style": "pytorch", "frozen": 1}, "neck": {"out": {"channels": 256}}},
+        "model": {
+            "backbone": {"depth": 101, "style": "pytorch", "frozen": 1},
+            "neck": {"out": {"channels": 256}},
+        },
         "data": {
             "pipeline": [{"type": "LoadImage"}, {"type": "Resize", "scale": (800, 600)}],
             "sizes": ({"a": 5}, 2),
         },
         "optimizer": {"type": "SGD"},
     }
-    cfg.merge_from_dict({"model.backbone": {"_delete_": True, "type": "Swin"}, "data.pipeline.0": "x"})
+    cfg.merge_from_dict(
+        {"model.backbone": {"_delete_": True, "type": "Swin"}, "data.pipeline.0": "x"}
+    )
     assert cfg.model.backbone == {"type": "Swin"} and cfg.data.pipeline[0] == "x"
 
 
 @pytest.mark.parametrize(
     "options, error, words",
     [
-        ({"data.pipeline.5.type": "x"}, ValueError, ["'data.pipeline.5.type'", "out of range", "length 2"]),
+        (
+            {"data.pipeline.5.type": "x"},
+            ValueError,
+            ["'data.pipeline.5.type'", "out of range", "length 2"],
+        ),
         ({"data.pipeline.first": "x"}, ValueError, ["integer index", "'first'"]),
         ({"model.depth.x": 1}, ValueError, ["'model.depth'", "int"]),
         ({"model..depth": 1}, ValueError, ["empty parts"]),
@@ -366,8 +391,13 @@ def test_merge_from_dict_list_keys_can_be_disallowed() -> None:
 
 @pytest.mark.parametrize("ext", [".py", ".json"])
 def test_dump_round_trip(tmp_path: Path, ext: str) -> None:
-    write(tmp_path / "base.py", "model = dict(type='RetinaNet', sizes=(1, 2), tags=['a', \"b'c\"], none=None, on=True)\n")
-    cfg = Config.fromfile(write(tmp_path / "cfg.py", "_base_ = 'base.py'\nlr = 1e-4\nmodel = dict(depth=50)\n"))
+    write(
+        tmp_path / "base.py",
+        "model = dict(type='RetinaNet', sizes=(1, 2), tags=['a', \"b'c\"], none=None, on=True)\n",
+    )
+    cfg = Config.fromfile(
+        write(tmp_path / "cfg.py", "_base_ = 'base.py'\nlr = 1e-4\nmodel = dict(depth=50)\n")
+    )
     out = tmp_path / f"out{ext}"
     assert cfg.dump(out) is None
     back = Config.fromfile(out)
@@ -393,7 +423,9 @@ def test_dump_refuses_what_cannot_come_back(tmp_path: Path) -> None:
     assert not list(tmp_path.iterdir())
 
 
-_NAMES = st.from_regex(r"[a-z][a-z0-9_]{0,7}", fullmatch=True).filter(lambda s: not keyword.iskeyword(s))
+_NAMES = st.from_regex(r"[a-z][a-z0-9_]{0,7}", fullmatch=True).filter(
+    lambda s: not keyword.iskeyword(s)
+)
 _SCALARS = st.one_of(
     st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=12)
 )
@@ -401,7 +433,10 @@ _SCALARS = st.one_of(
 
 def _values(tuples: bool, key_strategy: Any) -> Any:
     def extend(children: Any) -> Any:
-        options = [st.lists(children, max_size=4), st.dictionaries(key_strategy, children, max_size=4)]
+        options = [
+            st.lists(children, max_size=4),
+            st.dictionaries(key_strategy, children, max_size=4),
+        ]
         if tuples:
             options.append(st.lists(children, max_size=4).map(tuple))
         return st.one_of(*options)
@@ -514,7 +549,9 @@ def test_dict_action_never_executes_values(tmp_path: Path) -> None:
         f"[__import__('pathlib').Path('{marker}').touch()]",
         f"(lambda: open('{marker}', 'w'))()",
     ]
-    args = make_parser().parse_args(["--cfg-options"] + [f"k{i}={p}" for i, p in enumerate(payloads)])
+    args = make_parser().parse_args(
+        ["--cfg-options"] + [f"k{i}={p}" for i, p in enumerate(payloads)]
+    )
     assert not marker.exists()
     assert args.cfg_options["k0"] == payloads[0] and args.cfg_options["k1"] == payloads[1]
     assert args.cfg_options["k3"] == payloads[3]
@@ -522,14 +559,24 @@ def test_dict_action_never_executes_values(tmp_path: Path) -> None:
 
 
 def test_dict_action_feeds_merge_from_dict(tmp_path: Path) -> None:
-    cfg = Config.fromfile(write(tmp_path / "cfg.py", "data = dict(pipeline=[dict(type='A'), dict(scale=(1, 1))])\n"))
-    args = make_parser().parse_args(["--cfg-options", "data.pipeline.1.scale=(800,600)", "model.type=RetinaNet"])
+    cfg = Config.fromfile(
+        write(tmp_path / "cfg.py", "data = dict(pipeline=[dict(type='A'), dict(scale=(1, 1))])\n")
+    )
+    args = make_parser().parse_args(
+        ["--cfg-options", "data.pipeline.1.scale=(800,600)", "model.type=RetinaNet"]
+    )
     cfg.merge_from_dict(args.cfg_options)
     assert cfg.data.pipeline[1].scale == (800, 600) and cfg.model.type == "RetinaNet"
 
 
 _LITERALS = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_infinity=False), st.text()),
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(),
+        st.floats(allow_nan=False, allow_infinity=False),
+        st.text(),
+    ),
     lambda children: st.one_of(
         st.lists(children, max_size=3),
         st.lists(children, min_size=2, max_size=3).map(tuple),
@@ -562,7 +609,9 @@ def test_parse_option_value_splits_bare_comma_lists(items: list) -> None:
 
 def test_numpy_scalars_become_python_scalars_so_configs_dump_and_checkpoint(tmp_path) -> None:
     path = tmp_path / "np_cfg.py"
-    path.write_text("import numpy as np\nscale = np.float64(0.5)\nsteps = [np.int64(3), 4]\nflag = np.bool_(True)\n")
+    path.write_text(
+        "import numpy as np\nscale = np.float64(0.5)\nsteps = [np.int64(3), 4]\nflag = np.bool_(True)\n"
+    )
     cfg = Config.fromfile(str(path))
     assert type(cfg.scale) is float and type(cfg.steps[0]) is int and type(cfg.flag) is bool
     cfg.dump(str(tmp_path / "dumped.py"))

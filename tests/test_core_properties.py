@@ -1,4 +1,5 @@
 """Property tests: collate -> scatter -> gather never loses, duplicates or mixes samples."""
+
 from __future__ import annotations
 
 import math
@@ -17,7 +18,9 @@ _SETTINGS = settings(max_examples=80, deadline=None)
 def _sample(i: int, h: int, w: int, n_ids: int) -> dict:
     return {
         "img": DataContainer(torch.full((2, h, w), float(i)), stack=True, padding_value=-(i + 1)),
-        "ids": DataContainer(torch.full((n_ids,), i), stack=True, pad_dims=1, size_divisor=4, padding_value=-1),
+        "ids": DataContainer(
+            torch.full((n_ids,), i), stack=True, pad_dims=1, size_divisor=4, padding_value=-1
+        ),
         "meta": DataContainer({"idx": i, "shape": (h, w)}, cpu_only=True),
         "boxes": DataContainer(torch.full((i % 3, 4), float(i))),
         "label": torch.tensor(i),
@@ -31,7 +34,13 @@ def _batches(draw: st.DrawFn) -> tuple:
     spg = draw(st.integers(1, 4))
     chunks = math.ceil(n / spg)
     k = draw(st.integers(chunks, chunks + 2))
-    sizes = draw(st.lists(st.tuples(st.integers(1, 5), st.integers(1, 5), st.integers(1, 6)), min_size=n, max_size=n))
+    sizes = draw(
+        st.lists(
+            st.tuples(st.integers(1, 5), st.integers(1, 5), st.integers(1, 6)),
+            min_size=n,
+            max_size=n,
+        )
+    )
     return [_sample(i, *s) for i, s in enumerate(sizes)], spg, k
 
 
@@ -46,7 +55,9 @@ def test_every_sample_lands_once_in_order_with_its_fields(args: tuple) -> None:
         idx = [m["idx"] for m in piece["meta"]]
         assert 1 <= len(idx) <= spg
         assert piece["label"].tolist() == idx
-        assert piece["tag"] == ["batch"] * len(samples)  # a plain list of strings goes whole to every target
+        assert piece["tag"] == ["batch"] * len(
+            samples
+        )  # a plain list of strings goes whole to every target
         assert len(piece["boxes"]) == len(idx)
         for i, boxes in zip(idx, piece["boxes"]):
             assert boxes.shape == (i % 3, 4) and boxes.eq(i).all()
@@ -71,7 +82,10 @@ def test_every_sample_lands_once_in_order_with_its_fields(args: tuple) -> None:
 def test_gather_returns_per_image_results_in_sample_order(args: tuple) -> None:
     samples, spg, k = args
     pieces = scatter(collate(samples, spg), ["cpu"] * k)
-    results = [[{"idx": m["idx"], "score": torch.tensor([float(m["idx"])])} for m in p["meta"]] for p in pieces]
+    results = [
+        [{"idx": m["idx"], "score": torch.tensor([float(m["idx"])])} for m in p["meta"]]
+        for p in pieces
+    ]
     losses = [{"loss": p["label"].float().sum(), "labels": p["label"]} for p in pieces]
     flat = gather(results, "cpu")
     assert [r["idx"] for r in flat] == list(range(len(samples)))
@@ -94,14 +108,29 @@ def test_plain_tensors_split_like_torch_chunk(length: int, k: int, other: int, d
     assert torch.equal(gather([p["t"] for p in pieces], "cpu", dim=dim), t)
 
 
-_DTYPES = [torch.float32, torch.float16, torch.float64, torch.int64, torch.int32, torch.uint8, torch.bool]
+_DTYPES = [
+    torch.float32,
+    torch.float16,
+    torch.float64,
+    torch.int64,
+    torch.int32,
+    torch.uint8,
+    torch.bool,
+]
 
 
 @_SETTINGS
-@given(st.lists(st.tuples(st.sampled_from(_DTYPES), st.lists(st.integers(0, 4), max_size=3)), max_size=8))
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(_DTYPES), st.lists(st.integers(0, 4), max_size=3)), max_size=8
+    )
+)
 def test_pack_unpack_round_trip(specs: list) -> None:
     tensors = [(torch.arange(math.prod(shape)) % 7).to(dtype).view(shape) for dtype, shape in specs]
     buffer, layout = pack(tensors)
     out = unpack(buffer, layout)
-    assert all(o.dtype == t.dtype and o.shape == t.shape and torch.equal(o, t) for o, t in zip(out, tensors))
+    assert all(
+        o.dtype == t.dtype and o.shape == t.shape and torch.equal(o, t)
+        for o, t in zip(out, tensors)
+    )
     assert all(offset % 64 == 0 for offset, *_ in layout)

@@ -1,4 +1,5 @@
 """The core on a real GPU: scatter/to_device/gather with CUDA targets, packing, streams, pinning."""
+
 from __future__ import annotations
 
 import functools
@@ -114,8 +115,13 @@ def test_to_device_cuda() -> None:
 
 
 def test_gather_from_cuda_to_cpu() -> None:
-    outs = [{"loss": torch.tensor(1.0, device="cuda"), "dets": [torch.ones(2, 5, device="cuda")]},
-            {"loss": torch.tensor(2.0, device="cuda"), "dets": [torch.zeros(1, 5, device="cuda"), torch.ones(3, 5, device="cuda")]}]
+    outs = [
+        {"loss": torch.tensor(1.0, device="cuda"), "dets": [torch.ones(2, 5, device="cuda")]},
+        {
+            "loss": torch.tensor(2.0, device="cuda"),
+            "dets": [torch.zeros(1, 5, device="cuda"), torch.ones(3, 5, device="cuda")],
+        },
+    ]
     got = gather(outs, -1)
     assert got["loss"].device.type == "cpu" and got["loss"].tolist() == [1.0, 2.0]
     assert [d.device.type for d in got["dets"]] == ["cpu"] * 3
@@ -140,8 +146,13 @@ class _Dataset(Dataset):
 
 
 def test_dataloader_pin_memory_pins_container_data() -> None:
-    loader = DataLoader(_Dataset(), batch_size=4, num_workers=2, pin_memory=True,
-                        collate_fn=functools.partial(collate, samples_per_gpu=2))
+    loader = DataLoader(
+        _Dataset(),
+        batch_size=4,
+        num_workers=2,
+        pin_memory=True,
+        collate_fn=functools.partial(collate, samples_per_gpu=2),
+    )
     (batch,) = list(loader)
     assert isinstance(batch["img"], DataContainer)
     assert all(t.is_pinned() for t in batch["img"].data)

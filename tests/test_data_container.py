@@ -1,4 +1,5 @@
 """DataContainer: properties, validation, repr, len and pickling (incl. a real DataLoader worker)."""
+
 from __future__ import annotations
 
 import copy
@@ -20,10 +21,14 @@ class _ContainerDataset(Dataset):
 
     def __getitem__(self, i: int) -> dict:
         return {
-            "img": DataContainer(torch.full((3, 2 + i, 2), float(i)), stack=True, padding_value=7, pad_dims=2),
+            "img": DataContainer(
+                torch.full((3, 2 + i, 2), float(i)), stack=True, padding_value=7, pad_dims=2
+            ),
             "boxes": DataContainer(torch.arange(4 * i, dtype=torch.float32).view(i, 4)),
             "meta": DataContainer({"idx": i, "name": f"img{i}.jpg"}, cpu_only=True),
-            "ids": DataContainer(torch.arange(i + 1), stack=True, pad_dims=1, size_divisor=4, padding_value=-1),
+            "ids": DataContainer(
+                torch.arange(i + 1), stack=True, pad_dims=1, size_divisor=4, padding_value=-1
+            ),
         }
 
 
@@ -45,7 +50,13 @@ def test_properties_of_a_tensor_container() -> None:
 
 def test_defaults() -> None:
     dc = DataContainer([1, 2])
-    assert (dc.stack, dc.padding_value, dc.cpu_only, dc.pad_dims, dc.size_divisor) == (False, 0, False, 2, None)
+    assert (dc.stack, dc.padding_value, dc.cpu_only, dc.pad_dims, dc.size_divisor) == (
+        False,
+        0,
+        False,
+        2,
+        None,
+    )
 
 
 @pytest.mark.parametrize(
@@ -63,7 +74,9 @@ def test_datatype(data: object, expected: object) -> None:
     assert DataContainer(data).datatype == expected
 
 
-@pytest.mark.parametrize("flag", ["data", "stack", "padding_value", "cpu_only", "pad_dims", "size_divisor", "datatype"])
+@pytest.mark.parametrize(
+    "flag", ["data", "stack", "padding_value", "cpu_only", "pad_dims", "size_divisor", "datatype"]
+)
 def test_flags_are_read_only(flag: str) -> None:
     dc = DataContainer(torch.zeros(1))
     with pytest.raises(AttributeError):
@@ -88,7 +101,9 @@ def test_len() -> None:
     assert len(DataContainer(torch.zeros(5, 2))) == 5
 
 
-@pytest.mark.parametrize("data", [torch.arange(3), {"filename": "a.jpg", "shape": (2, 3)}, [1, "x"], None, "s"])
+@pytest.mark.parametrize(
+    "data", [torch.arange(3), {"filename": "a.jpg", "shape": (2, 3)}, [1, "x"], None, "s"]
+)
 def test_repr_is_exactly_the_data_repr(data: object) -> None:
     assert repr(DataContainer(data, cpu_only=True)) == f"DataContainer({data!r})"
 
@@ -118,7 +133,12 @@ def test_numpy_scalar_padding_value_is_a_number() -> None:
 @pytest.mark.parametrize("pad_dims", [1, 2, 3])
 @pytest.mark.parametrize("size_divisor", [1, 32])
 def test_size_divisor_with_stack_and_int_pad_dims(pad_dims: int, size_divisor: int) -> None:
-    assert DataContainer(torch.zeros(1), stack=True, pad_dims=pad_dims, size_divisor=size_divisor).size_divisor == size_divisor
+    assert (
+        DataContainer(
+            torch.zeros(1), stack=True, pad_dims=pad_dims, size_divisor=size_divisor
+        ).size_divisor
+        == size_divisor
+    )
 
 
 @pytest.mark.parametrize(
@@ -144,7 +164,13 @@ def test_with_data_keeps_every_flag() -> None:
     dc = DataContainer(torch.zeros(1), stack=True, padding_value=3, pad_dims=1, size_divisor=4)
     new = dc.with_data([torch.ones(2)])
     assert isinstance(new.data, list) and torch.equal(new.data[0], torch.ones(2))
-    assert (new.stack, new.padding_value, new.cpu_only, new.pad_dims, new.size_divisor) == (True, 3, False, 1, 4)
+    assert (new.stack, new.padding_value, new.cpu_only, new.pad_dims, new.size_divisor) == (
+        True,
+        3,
+        False,
+        1,
+        4,
+    )
     assert dc.data.shape == (1,)  # the original is untouched
 
 
@@ -155,7 +181,9 @@ def _same_container(a: DataContainer, b: DataContainer) -> None:
 
 
 def test_pickle_and_deepcopy_round_trip() -> None:
-    dc = DataContainer(torch.arange(6.0).view(2, 3), stack=True, padding_value=-2.5, pad_dims=1, size_divisor=4)
+    dc = DataContainer(
+        torch.arange(6.0).view(2, 3), stack=True, padding_value=-2.5, pad_dims=1, size_divisor=4
+    )
     for clone in (pickle.loads(pickle.dumps(dc)), copy.deepcopy(dc)):
         _same_container(clone, dc)
         assert torch.equal(clone.data, dc.data) and clone.data is not dc.data

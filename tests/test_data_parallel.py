@@ -1,4 +1,5 @@
 """MMDataParallel and data_parallel: containers unwrapped, CPU path, CUDA checks."""
+
 from __future__ import annotations
 
 from typing import Any, List
@@ -94,8 +95,11 @@ def test_device_ids_without_cuda_run_on_the_cpu_as_torch_does() -> None:
     model = MMDataParallel(Recorder(), device_ids=[0])
     assert model.device_ids == [] == nn.DataParallel(Recorder(), device_ids=[0]).device_ids
     samples = [
-        {"img": DataContainer(torch.ones(1, 2, 2), stack=True), "gt": DataContainer(torch.ones(2)),
-         "img_metas": DataContainer({"idx": i}, cpu_only=True)}
+        {
+            "img": DataContainer(torch.ones(1, 2, 2), stack=True),
+            "gt": DataContainer(torch.ones(2)),
+            "img_metas": DataContainer({"idx": i}, cpu_only=True),
+        }
         for i in range(2)
     ]
     out = model(**collate(samples, 2))
@@ -123,7 +127,9 @@ def test_data_parallel_on_repeated_cpu_targets_equals_module() -> None:
     model = nn.Sequential(nn.Linear(3, 5), nn.ReLU(), nn.Linear(5, 2))
     x = torch.randn(7, 3)
     torch.testing.assert_close(data_parallel(model, x, device_ids=["cpu", "cpu"]), model(x))
-    torch.testing.assert_close(data_parallel(model, (x,), device_ids=["cpu"] * 3, output_device=-1), model(x))
+    torch.testing.assert_close(
+        data_parallel(model, (x,), device_ids=["cpu"] * 3, output_device=-1), model(x)
+    )
 
 
 def test_data_parallel_gradients_match_module() -> None:

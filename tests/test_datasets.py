@@ -1,4 +1,5 @@
 """Tests of SyntheticShapes and the shared dataset behaviour."""
+
 from __future__ import annotations
 
 from functools import partial
@@ -11,8 +12,8 @@ from torch.utils.data import DataLoader
 
 from mmpar.collate import collate
 from mmpar.data.datasets import SyntheticShapes
-from mmpar.data.registry import DATASETS
 from mmpar.data_container import DataContainer
+from mmpar.registry import DATASETS
 
 RAW = [
     dict(type="LoadImageFromArray"),
@@ -43,8 +44,12 @@ def test_samples_equal_in_worker_processes():
     for i, sample in enumerate(loader):
         local = ds[i]
         torch.testing.assert_close(sample["img"].data, local["img"].data, rtol=0, atol=0)
-        torch.testing.assert_close(sample["gt_bboxes"].data, local["gt_bboxes"].data, rtol=0, atol=0)
-        torch.testing.assert_close(sample["gt_labels"].data, local["gt_labels"].data, rtol=0, atol=0)
+        torch.testing.assert_close(
+            sample["gt_bboxes"].data, local["gt_bboxes"].data, rtol=0, atol=0
+        )
+        torch.testing.assert_close(
+            sample["gt_labels"].data, local["gt_labels"].data, rtol=0, atol=0
+        )
 
 
 def test_sizes_flags_and_orientations():
@@ -65,7 +70,9 @@ def test_boxes_are_tight_around_the_drawn_shapes():
         s = ds.render(i)
         h, w = s["img"].shape[:2]
         assert s["img"].dtype == np.uint8 and s["img"].shape[2] == 3
-        assert 1 <= len(s["bboxes"]) <= 5 and len(s["labels"]) == len(s["bboxes"]) == len(s["masks"])
+        assert 1 <= len(s["bboxes"]) <= 5 and len(s["labels"]) == len(s["bboxes"]) == len(
+            s["masks"]
+        )
         assert s["bboxes"].dtype == np.float32 and s["labels"].dtype == np.int64
         assert ((s["labels"] >= 0) & (s["labels"] < 5)).all()
         for box, label, mask in zip(s["bboxes"], s["labels"], s["masks"]):
@@ -172,7 +179,9 @@ def test_dataloader_with_workers_and_collate():
             img.data, metas.data, boxes.data, labels.data, seg.data
         ):
             n, c, ph, pw = chunk.shape
-            assert n == 2 and c == 3 and ph % 32 == 0 and pw % 32 == 0 and chunk.dtype == torch.uint8
+            assert (
+                n == 2 and c == 3 and ph % 32 == 0 and pw % 32 == 0 and chunk.dtype == torch.uint8
+            )
             assert chunk_seg.shape == (2, 1, ph, pw)
             assert len(chunk_boxes) == len(chunk_labels) == len(chunk_metas) == 2
             for k, meta in enumerate(chunk_metas):
@@ -184,7 +193,9 @@ def test_dataloader_with_workers_and_collate():
                     raw = raw[:, ::-1]
                 np.testing.assert_array_equal(chunk[k, :, :h, :w].permute(1, 2, 0).numpy(), raw)
                 assert (chunk[k, :, h:, :] == 0).all() and (chunk[k, :, :, w:] == 0).all()
-                assert (chunk_seg[k, :, h:, :] == 255).all() and (chunk_seg[k, :, :, w:] == 255).all()
+                assert (chunk_seg[k, :, h:, :] == 255).all() and (
+                    chunk_seg[k, :, :, w:] == 255
+                ).all()
                 assert chunk_boxes[k].dtype == torch.float32 and chunk_boxes[k].shape[1] == 4
                 assert (chunk_boxes[k][:, 2] <= w).all() and (chunk_boxes[k][:, 3] <= h).all()
             seen += 2
@@ -235,7 +246,9 @@ def test_indexing_and_arguments():
 
 def test_registry_build():
     ds = DATASETS.build(dict(type="SyntheticShapes", num_samples=5, num_classes=2))
-    assert isinstance(ds, SyntheticShapes) and len(ds) == 5 and ds.CLASSES == ("rectangle", "ellipse")
+    assert (
+        isinstance(ds, SyntheticShapes) and len(ds) == 5 and ds.CLASSES == ("rectangle", "ellipse")
+    )
 
 
 def flips_of_one_epoch(ds: SyntheticShapes, seed: int) -> List[bool]:

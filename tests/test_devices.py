@@ -1,4 +1,5 @@
 """resolve_device / resolve_targets: the spellings of a target."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -9,7 +10,9 @@ import torch
 from mmpar import resolve_device, resolve_targets
 
 
-@pytest.mark.parametrize("target", [-1, "cpu", "cpu:0", torch.device("cpu"), torch.device("cpu", 0)])
+@pytest.mark.parametrize(
+    "target", [-1, "cpu", "cpu:0", torch.device("cpu"), torch.device("cpu", 0)]
+)
 def test_cpu_spellings(target: Any) -> None:
     assert resolve_device(target) == torch.device("cpu")
 
@@ -37,15 +40,18 @@ def test_bad_target(target: Any, exc: type, pattern: str) -> None:
         resolve_device(target, "where")
 
 
-@pytest.mark.parametrize("targets, exc, pattern", [
-    ([], ValueError, "gpus: needs at least one target"),
-    ((), ValueError, "gpus: needs at least one target"),
-    (0, TypeError, "gpus: expected a list of targets"),
-    ("cpu", TypeError, "gpus: expected a list of targets"),
-    (torch.device("cpu"), TypeError, "gpus: expected a list of targets"),
-    (None, TypeError, "gpus: expected a list of targets"),
-    (["cpu", "x"], ValueError, r"gpus\[1\]: unknown device 'x'"),
-])
+@pytest.mark.parametrize(
+    "targets, exc, pattern",
+    [
+        ([], ValueError, "gpus: needs at least one target"),
+        ((), ValueError, "gpus: needs at least one target"),
+        (0, TypeError, "gpus: expected a list of targets"),
+        ("cpu", TypeError, "gpus: expected a list of targets"),
+        (torch.device("cpu"), TypeError, "gpus: expected a list of targets"),
+        (None, TypeError, "gpus: expected a list of targets"),
+        (["cpu", "x"], ValueError, r"gpus\[1\]: unknown device 'x'"),
+    ],
+)
 def test_bad_target_lists(targets: Any, exc: type, pattern: str) -> None:
     with pytest.raises(exc, match=pattern):
         resolve_targets(targets, "gpus")
@@ -60,7 +66,12 @@ def test_cuda_without_cuda(target: Any) -> None:
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_spellings() -> None:
-    assert resolve_device(0) == resolve_device("cuda:0") == resolve_device(torch.device("cuda", 0)) == torch.device("cuda", 0)
+    assert (
+        resolve_device(0)
+        == resolve_device("cuda:0")
+        == resolve_device(torch.device("cuda", 0))
+        == torch.device("cuda", 0)
+    )
     assert resolve_device("cuda").index == torch.cuda.current_device()
     with pytest.raises(ValueError, match="CUDA device"):
         resolve_device(torch.cuda.device_count())

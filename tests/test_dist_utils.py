@@ -1,4 +1,5 @@
-"""Tests of mmpar.dist_utils, with real gloo process groups on 127.0.0.1."""
+"""Tests of mmpar.dist, with real gloo process groups on 127.0.0.1."""
+
 from __future__ import annotations
 
 import datetime
@@ -20,9 +21,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.data import DistributedSampler
 
-import mmpar.dist_results as dist_results
-import mmpar.dist_utils as du
-from mmpar.dist_utils import (
+import mmpar.dist.results as dist_results
+from mmpar.dist import (
     all_gather_object_list,
     barrier,
     collect_results,
@@ -38,9 +38,18 @@ from tests._dist_helpers import free_port, run_workers
 
 REPO = Path(__file__).resolve().parents[1]
 _LAUNCH_VARS = (
-    "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
-    "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NODELIST",
-    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "SLURM_LOCALID",
+    "SLURM_NODELIST",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
 )
 
 
@@ -67,7 +76,9 @@ def test_single_process_defaults() -> None:
     assert isinstance(drawn, int) and 0 <= drawn < 2**31
 
 
-@pytest.mark.parametrize("seed, error", [("1", TypeError), (1.5, TypeError), (True, TypeError), (2**64, ValueError)])
+@pytest.mark.parametrize(
+    "seed, error", [("1", TypeError), (1.5, TypeError), (True, TypeError), (2**64, ValueError)]
+)
 def test_sync_random_seed_rejects(seed: Any, error: type) -> None:
     with pytest.raises(error, match="seed"):
         sync_random_seed(seed)
@@ -134,7 +145,11 @@ def test_unknown_launcher_lists_valid_ones() -> None:
     [
         ("pytorch", {"RANK": "0", "MASTER_ADDR": "h"}, ["WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT"]),
         ("slurm", {"SLURM_PROCID": "0"}, ["SLURM_NTASKS", "SLURM_NODELIST"]),
-        ("mpi", {"OMPI_COMM_WORLD_SIZE": "2"}, ["OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"]),
+        (
+            "mpi",
+            {"OMPI_COMM_WORLD_SIZE": "2"},
+            ["OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"],
+        ),
     ],
 )
 def test_missing_env_variables_are_named(
@@ -164,13 +179,28 @@ def test_missing_env_variables_are_named(
         ({}, {"timeout": "5"}, TypeError, "timeout: expected seconds"),
         ({}, {"backend": 3}, TypeError, "backend: expected a str"),
         ({}, {"port": 1234}, ValueError, "port: only for"),
-        ({}, {"init_method": "tcp://x:1", "rank": 0}, ValueError, r"kwargs: \['init_method', 'rank'\] are set by"),
+        (
+            {},
+            {"init_method": "tcp://x:1", "rank": 0},
+            ValueError,
+            r"kwargs: \['init_method', 'rank'\] are set by",
+        ),
     ],
 )
 def test_pytorch_launcher_rejects_bad_values(
-    clean_env: pytest.MonkeyPatch, env: Dict[str, str], kwargs: Dict[str, Any], error: type, match: str
+    clean_env: pytest.MonkeyPatch,
+    env: Dict[str, str],
+    kwargs: Dict[str, Any],
+    error: type,
+    match: str,
 ) -> None:
-    base = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
+    base = {
+        "RANK": "0",
+        "WORLD_SIZE": "2",
+        "LOCAL_RANK": "0",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "1",
+    }
     for name, value in {**base, **env}.items():
         clean_env.setenv(name, value)
     with pytest.raises(error, match=match):
@@ -248,7 +278,9 @@ def test_first_host_does_not_expand_everything() -> None:
 @settings(max_examples=60, deadline=None)
 @given(
     prefix=st.from_regex(r"[a-z][a-z0-9-]{0,5}", fullmatch=True),
-    ranges=st.lists(st.tuples(st.integers(0, 120), st.integers(0, 5), st.integers(1, 4)), min_size=1, max_size=4),
+    ranges=st.lists(
+        st.tuples(st.integers(0, 120), st.integers(0, 5), st.integers(1, 4)), min_size=1, max_size=4
+    ),
 )
 def test_expand_slurm_nodelist_matches_formatting(prefix: str, ranges: List[Any]) -> None:
     specs, expected = [], []
@@ -281,16 +313,25 @@ def test_collect_results_single_process() -> None:
         (([1, 2], 2), {"indices": [0, -1]}, ValueError, "index -1 is outside"),
         (([1, 2], 2), {"indices": [0, "1"]}, TypeError, "indices: expected ints, found str"),
         (([1, 2], 2), {"indices": 5}, TypeError, "indices: expected a sequence"),
-        (([1, 2, 3], 3), {"indices": [0, 0, 2]}, ValueError, r"1 of 3 dataset indices have no result: \[1\]"),
+        (
+            ([1, 2, 3], 3),
+            {"indices": [0, 0, 2]},
+            ValueError,
+            r"1 of 3 dataset indices have no result: \[1\]",
+        ),
     ],
 )
-def test_collect_results_rejects(args: Any, kwargs: Dict[str, Any], error: type, match: str) -> None:
+def test_collect_results_rejects(
+    args: Any, kwargs: Dict[str, Any], error: type, match: str
+) -> None:
     with pytest.raises(error, match=match):
         collect_results(*args, **kwargs)
 
 
 def test_collect_results_names_many_missing_indices() -> None:
-    with pytest.raises(ValueError, match=r"15 of 30 dataset indices .*\[1, 3, 5, .*19\] and 5 more"):
+    with pytest.raises(
+        ValueError, match=r"15 of 30 dataset indices .*\[1, 3, 5, .*19\] and 5 more"
+    ):
         collect_results(list(range(30)), 30, indices=[i - i % 2 for i in range(30)])
 
 
@@ -298,15 +339,21 @@ def _sampler_parts(size: int, world: int, shuffle: bool, seed: int) -> List[List
     """Per-rank dataset indices of a real DistributedSampler, without a group."""
     parts = []
     for rank in range(world):
-        sampler = DistributedSampler(range(size), num_replicas=world, rank=rank, shuffle=shuffle, seed=seed)
+        sampler = DistributedSampler(
+            range(size), num_replicas=world, rank=rank, shuffle=shuffle, seed=seed
+        )
         sampler.set_epoch(seed)
         parts.append(list(sampler))
     return parts
 
 
 @settings(max_examples=80, deadline=None)
-@given(size=st.integers(0, 40), world=st.integers(1, 6), shuffle=st.booleans(), seed=st.integers(0, 10))
-def test_collect_results_simulated_sampler_layouts(size: int, world: int, shuffle: bool, seed: int) -> None:
+@given(
+    size=st.integers(0, 40), world=st.integers(1, 6), shuffle=st.booleans(), seed=st.integers(0, 10)
+)
+def test_collect_results_simulated_sampler_layouts(
+    size: int, world: int, shuffle: bool, seed: int
+) -> None:
     # The gather is simulated here; the real one is covered by the gloo tests below.
     parts = _sampler_parts(size, world, shuffle, seed)
     expected = [f"sample{i}" for i in range(size)]
@@ -321,8 +368,12 @@ def test_collect_results_simulated_sampler_layouts(size: int, world: int, shuffl
 
 
 def test_collect_results_rejects_non_interleaved_lengths(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(dist_results, "all_gather_object_list", lambda obj: [([1], None), ([2, 3], None)])
-    with pytest.raises(ValueError, match=r"per-rank lengths \[1, 2\] do not match an interleaved split"):
+    monkeypatch.setattr(
+        dist_results, "all_gather_object_list", lambda obj: [([1], None), ([2, 3], None)]
+    )
+    with pytest.raises(
+        ValueError, match=r"per-rank lengths \[1, 2\] do not match an interleaved split"
+    ):
         collect_results([1], 3)
 
 
@@ -340,7 +391,10 @@ def _clear_launch_env() -> None:
 
 
 def _exported_env() -> Dict[str, str]:
-    return {name: os.environ[name] for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    return {
+        name: os.environ[name]
+        for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+    }
 
 
 def _after_init(launcher: str) -> Dict[str, Any]:
@@ -370,7 +424,9 @@ def _init_pytorch(rank: int, world_size: int) -> Dict[str, Any]:
 
 def _init_slurm(rank: int, world_size: int, port: int) -> Dict[str, Any]:
     _clear_launch_env()
-    os.environ.update(SLURM_PROCID=str(rank), SLURM_NTASKS=str(world_size), SLURM_NODELIST="localhost,gpu[2-3]")
+    os.environ.update(
+        SLURM_PROCID=str(rank), SLURM_NTASKS=str(world_size), SLURM_NODELIST="localhost,gpu[2-3]"
+    )
     if rank == 1:
         os.environ["SLURM_LOCALID"] = "5"  # rank 0 falls back to PROCID % gpus (0 on CPU)
     init_dist("slurm", backend=_CPU_DEFAULT, port=port, timeout=30)
@@ -405,7 +461,13 @@ def test_init_dist_slurm_two_processes() -> None:
     assert [seen["info"] for seen in out] == [(0, 2), (1, 2)]
     assert [seen["sum"] for seen in out] == [3, 3]
     assert [seen["env"] for seen in out] == [
-        {"RANK": str(r), "WORLD_SIZE": "2", "LOCAL_RANK": local, "MASTER_ADDR": "localhost", "MASTER_PORT": str(port)}
+        {
+            "RANK": str(r),
+            "WORLD_SIZE": "2",
+            "LOCAL_RANK": local,
+            "MASTER_ADDR": "localhost",
+            "MASTER_PORT": str(port),
+        }
         for r, local in ((0, "0"), (1, "5"))
     ]
 
@@ -415,7 +477,13 @@ def test_init_dist_mpi_two_processes() -> None:
     out = run_workers(_init_mpi, 2, port, init_group=False, timeout=90)
     assert [seen["info"] for seen in out] == [(0, 2), (1, 2)]
     assert [seen["env"] for seen in out] == [
-        {"RANK": str(r), "WORLD_SIZE": "2", "LOCAL_RANK": str(r), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+        {
+            "RANK": str(r),
+            "WORLD_SIZE": "2",
+            "LOCAL_RANK": str(r),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+        }
         for r in range(2)
     ]
 
@@ -424,7 +492,7 @@ _MISSING_PEER = textwrap.dedent(
     """
     import sys
     sys.path.insert(0, {repo!r})
-    from mmpar.dist_utils import init_dist
+    from mmpar.dist import init_dist
     try:
         init_dist("pytorch", backend="gloo", timeout=3)
     except RuntimeError as exc:
@@ -438,10 +506,19 @@ _MISSING_PEER = textwrap.dedent(
 @pytest.mark.parametrize("rank", [0, 1])
 def test_missing_peer_raises_after_timeout(rank: int) -> None:
     env = {k: v for k, v in os.environ.items() if k not in _LAUNCH_VARS}
-    env.update(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    env.update(
+        RANK=str(rank),
+        WORLD_SIZE="2",
+        LOCAL_RANK="0",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(free_port()),
+    )
     proc = subprocess.run(
         [sys.executable, "-c", _MISSING_PEER.format(repo=str(REPO))],
-        env=env, capture_output=True, text=True, timeout=120,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.startswith("RAISED"), (proc.stdout, proc.stderr[-2000:])
@@ -511,7 +588,10 @@ def test_collect_results_in_group(world_size: int, sizes: List[int]) -> None:
                 assert [item["rank"] for item in merged] == [i % world_size for i in expected_ids]
     for seen in out:
         others = list(range(1, world_size))
-        assert seen["mixed"] == f"ValueError: indices: ranks {others} passed none while other ranks passed indices"
+        assert (
+            seen["mixed"]
+            == f"ValueError: indices: ranks {others} passed none while other ranks passed indices"
+        )
         assert seen["missing"] == (
             f"ValueError: indices: {world_size} of {world_size + 1} dataset indices have no result: "
             f"{list(range(1, world_size + 1))}"
@@ -568,7 +648,7 @@ def test_run_workers_timeout_kills_everything(tmp_path: Path) -> None:
 def _ddp_in_a_cycle_then_destroy(rank: int, world_size: int) -> list:
     from torch.nn.parallel import DistributedDataParallel
 
-    from mmpar.dist_utils import destroy_dist
+    from mmpar.dist import destroy_dist
 
     model = DistributedDataParallel(torch.nn.Linear(2, 2))
     model(torch.ones(3, 2)).sum().backward()
@@ -603,4 +683,3 @@ def test_run_launcher_timeout_stops_workers_in_their_own_sessions(tmp_path) -> N
     while time.monotonic() < deadline and _alive(worker):
         time.sleep(0.05)
     assert not _alive(worker), "the launcher's worker (own session, like torchrun's) survived"
-

@@ -1,4 +1,5 @@
 """MMDistributedDataParallel: real gloo groups, gradients compared with a reference."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -18,8 +19,8 @@ from mmpar.data_container import DataContainer
 from mmpar.data_parallel import MMDataParallel
 from mmpar.distributed import MMDistributedDataParallel, params_without_grad
 from mmpar.scatter_gather import to_device
-from tests._dist_helpers import free_port, run_launcher, run_workers
 from tests._containers import UnwrappedSteps, has_container
+from tests._dist_helpers import free_port, run_launcher, run_workers
 
 ROOT = Path(__file__).resolve().parents[1]
 LR = 0.1
@@ -101,7 +102,9 @@ def _params(model: nn.Module) -> Dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.named_parameters()}
 
 
-def _assert_params_close(actual: Dict[str, torch.Tensor], expected: Dict[str, torch.Tensor]) -> None:
+def _assert_params_close(
+    actual: Dict[str, torch.Tensor], expected: Dict[str, torch.Tensor]
+) -> None:
     assert actual.keys() == expected.keys()
     for name in actual:
         torch.testing.assert_close(actual[name], expected[name], rtol=1e-5, atol=1e-6, msg=name)
@@ -180,9 +183,12 @@ def _no_sync_worker(rank: int, world: int) -> dict:
     synced = [p.grad.clone() for p in model.parameters()]
     # Reference: local sum over the micro-batches, then the mean over ranks.
     ref_model = Net()
-    local_ref = [sum(g) for g in zip(*(_averaged_grads(ref_model, [_batch(rank, s)]) for s in range(2)))]
+    local_ref = [
+        sum(g) for g in zip(*(_averaged_grads(ref_model, [_batch(rank, s)]) for s in range(2)))
+    ]
     per_rank = [
-        [sum(g) for g in zip(*(_averaged_grads(ref_model, [_batch(r, s)]) for s in range(3)))] for r in range(world)
+        [sum(g) for g in zip(*(_averaged_grads(ref_model, [_batch(r, s)]) for s in range(3)))]
+        for r in range(world)
     ]
     synced_ref = [sum(g) / world for g in zip(*per_rank)]
     return dict(local=local, local_ref=local_ref, synced=synced, synced_ref=synced_ref)
@@ -261,14 +267,26 @@ def test_buffers_are_broadcast_from_rank_0_before_each_forward() -> None:
 
 @pytest.mark.slow
 def test_torchrun_script_trains_in_lockstep() -> None:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    )
     cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
-        f"--master_port={free_port()}", str(ROOT / "tests" / "scripts" / "ddp_train_steps.py"), "--steps", "3",
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        "--master_addr=127.0.0.1",
+        f"--master_port={free_port()}",
+        str(ROOT / "tests" / "scripts" / "ddp_train_steps.py"),
+        "--steps",
+        "3",
     ]
     proc = run_launcher(cmd, timeout=120, cwd=ROOT, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    lines = sorted(re.findall(r"rank (\d)/2: steps=3 forward_calls=(\d+) params_equal=(\w+)", proc.stdout))
+    lines = sorted(
+        re.findall(r"rank (\d)/2: steps=3 forward_calls=(\d+) params_equal=(\w+)", proc.stdout)
+    )
     assert lines == [("0", "3", "True"), ("1", "3", "True")], proc.stdout + proc.stderr
 
 
@@ -383,7 +401,10 @@ def test_params_without_grad_on_plain_module_and_wrappers(group_of_one: None) ->
     model = Net(branch=True)
     model.train_step(_plain(_batch(0, 0)))["loss"].backward()
     assert params_without_grad(model) == ["branch.weight", "branch.bias"]
-    assert params_without_grad(MMDataParallel(model, device_ids=[-1])) == ["branch.weight", "branch.bias"]
+    assert params_without_grad(MMDataParallel(model, device_ids=[-1])) == [
+        "branch.weight",
+        "branch.bias",
+    ]
     frozen = Net(branch=True)
     frozen.branch.requires_grad_(False)
     assert params_without_grad(frozen) == ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]
@@ -396,13 +417,17 @@ def test_params_without_grad_on_plain_module_and_wrappers(group_of_one: None) ->
 # --------------------------------------------------------------------------- #
 @pytest.mark.slow
 def test_bench_section_runs_quick() -> None:
-    spec = importlib.util.spec_from_file_location("mmpar_bench_ddp_smoke", ROOT / "tools" / "bench" / "ddp.py")
+    spec = importlib.util.spec_from_file_location(
+        "mmpar_bench_ddp_smoke", ROOT / "tools" / "bench" / "ddp.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     text = module.run(quick=True)
     assert text.startswith("## DDP")
     assert re.search(r"^\| plain DDP \| unwrapped batch \| [\d.]+ \| 1\.000 \|$", text, re.M)
-    row = r"^\| MMDistributedDataParallel\.train_step \| DataContainer batch \| [\d.]+ \| [\d.]+ \|$"
+    row = (
+        r"^\| MMDistributedDataParallel\.train_step \| DataContainer batch \| [\d.]+ \| [\d.]+ \|$"
+    )
     assert re.search(row, text, re.M)
     assert re.search(r"^- Target: .*<= 5%: \*\*(met|not met)\*\*", text, re.M)
 

@@ -1,11 +1,12 @@
 """Faults: a rank that dies, raises or hangs mid-training, and a DataLoader worker that dies.
 
 The distributed tests run ``tests/scripts/fault_train.py`` (DDP train steps plus
-an all_reduce per step on gloo, joined through ``mmpar.dist_utils.init_dist``)
+an all_reduce per step on gloo, joined through ``mmpar.dist.init_dist``)
 as real processes, under ``torch.distributed.run`` or started by hand with the
 torchrun environment variables. Every process runs in its own session, is
 bounded by a hard timeout and is killed (the whole group) when the test ends.
 """
+
 from __future__ import annotations
 
 import os
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import pytest
+
 from tests._dist_helpers import free_port, stop_process_tree
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,10 +55,26 @@ def _communicate(proc: subprocess.Popen, timeout: float) -> Tuple[int, str]:
 
 
 def torchrun(nproc: int, *args: str) -> Tuple[int, str]:
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
-           f"--master_port={free_port()}", SCRIPT, "--timeout", str(PG_TIMEOUT), *args]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc_per_node={nproc}",
+        f"--master_port={free_port()}",
+        SCRIPT,
+        "--timeout",
+        str(PG_TIMEOUT),
+        *args,
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         return _communicate(proc, HARD_TIMEOUT)
     finally:
@@ -68,11 +86,26 @@ def launch_by_hand(world_size: int, *args: str) -> List[subprocess.Popen]:
     port = str(free_port())
     procs = []
     for rank in range(world_size):
-        env = _env(dict(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank), LOCAL_RANK=str(rank),
-                        WORLD_SIZE=str(world_size)))
-        procs.append(subprocess.Popen([sys.executable, SCRIPT, "--timeout", str(PG_TIMEOUT), *args], cwd=ROOT,
-                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                      start_new_session=True))
+        env = _env(
+            dict(
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=port,
+                RANK=str(rank),
+                LOCAL_RANK=str(rank),
+                WORLD_SIZE=str(world_size),
+            )
+        )
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, SCRIPT, "--timeout", str(PG_TIMEOUT), *args],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                start_new_session=True,
+            )
+        )
     return procs
 
 
@@ -83,8 +116,11 @@ def lost_peer_reports(output: str) -> Dict[int, Tuple[int, float, str]]:
 
 def failure_block(report: str, rank: int) -> str:
     """The part of torchrun's failure report about ``rank``."""
-    match = re.search(rf"rank\s*: {rank} \(local_rank: {rank}\)(.*?)(?=\n\s*\[\d+\]:|\n\s*rank\s*:|={5,}|\Z)",
-                      report, re.S)
+    match = re.search(
+        rf"rank\s*: {rank} \(local_rank: {rank}\)(.*?)(?=\n\s*\[\d+\]:|\n\s*rank\s*:|={(5,)}|\Z)",
+        report,
+        re.S,
+    )
     assert match, f"torchrun's report does not name rank {rank}:\n{report[-3000:]}"
     return match.group(1)
 
@@ -120,7 +156,9 @@ def test_torchrun_reports_the_failed_rank_and_the_survivors_exit(fault: str) -> 
     else:
         # From the error file that @record writes; when torchrun has already SIGTERMed the
         # rank in its teardown, the rank's own "[rank1]:" traceback is what names it.
-        assert "injected fault" in block or "[rank1]: RuntimeError: injected fault" in out, out[-3000:]
+        assert "injected fault" in block or "[rank1]: RuntimeError: injected fault" in out, out[
+            -3000:
+        ]
 
 
 # --------------------------------------------------------------------------- #
@@ -155,13 +193,22 @@ def test_survivors_exit_nonzero_within_the_timeout(fault: str) -> None:
 # --------------------------------------------------------------------------- #
 def run_loader(*args: str, timeout: float = 90) -> Tuple[int, str, List[int]]:
     """Run tests/scripts/fault_loader.py; returns its exit code, output and the samples that arrived."""
-    proc = subprocess.Popen([sys.executable, LOADER_SCRIPT, *args], cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, LOADER_SCRIPT, *args],
+        cwd=ROOT,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         code, out = _communicate(proc, timeout)
     finally:
         _kill_group(proc)
-    seen = [int(i) for line in out.splitlines() if line.startswith("batch ") for i in line.split()[1:]]
+    seen = [
+        int(i) for line in out.splitlines() if line.startswith("batch ") for i in line.split()[1:]
+    ]
     return code, out, seen
 
 
@@ -175,7 +222,9 @@ def test_dataloader_without_fault_delivers_every_sample_once() -> None:
 def test_dataloader_worker_death_is_a_clear_error(fault: str) -> None:
     code, out, seen = run_loader("--fault", fault, "--bad", "37")
     assert code == 1
-    assert re.search(r"RuntimeError: DataLoader worker \(pid.*?\) (exited unexpectedly|is killed by signal)", out), out[-2000:]
+    assert re.search(
+        r"RuntimeError: DataLoader worker \(pid.*?\) (exited unexpectedly|is killed by signal)", out
+    ), out[-2000:]
     assert 37 not in seen and seen == list(range(len(seen)))  # what arrived is in order, none twice
 
 

@@ -9,6 +9,7 @@ wrong value, is a bug.
 Examples per property: ``MMPAR_FUZZ_EXAMPLES`` (default 400, the "mmpar-fuzz"
 settings profile); e.g. ``MMPAR_FUZZ_EXAMPLES=20000 pytest tests/test_fuzz_data_path.py``.
 """
+
 from __future__ import annotations
 
 import math
@@ -54,7 +55,11 @@ def _keyed_leaves(schema: Any) -> List[Tuple[str, List[Any], Leaf]]:
             out.append((path, keys, node))
             return
         for key, child in node.children:
-            walk(child, f"{path}[{key}]" if isinstance(key, int) else (f"{path}.{key}" if path else key), keys + [key])
+            walk(
+                child,
+                f"{path}[{key}]" if isinstance(key, int) else (f"{path}.{key}" if path else key),
+                keys + [key],
+            )
 
     walk(schema, "", [])
     return out
@@ -71,9 +76,19 @@ def _piece_len(schema: Any, piece: Any) -> int:
 def model(schema: Any, piece: Any) -> Dict[str, Any]:
     """What a detector's ``forward_test`` would do: one result per sample of its piece."""
     n = _piece_len(schema, piece)
-    per_sample = [{path: _at(piece, keys)[j] for path, keys, leaf in _keyed_leaves(schema) if leaf.kind != "string"}
-                  for j in range(n)]
-    shared = {path: _at(piece, keys) for path, keys, leaf in _keyed_leaves(schema) if leaf.kind == "string"}
+    per_sample = [
+        {
+            path: _at(piece, keys)[j]
+            for path, keys, leaf in _keyed_leaves(schema)
+            if leaf.kind != "string"
+        }
+        for j in range(n)
+    ]
+    shared = {
+        path: _at(piece, keys)
+        for path, keys, leaf in _keyed_leaves(schema)
+        if leaf.kind == "string"
+    }
     return {"samples": per_sample, "shared": [shared], "count": torch.tensor([n])}
 
 
@@ -95,11 +110,19 @@ def _same(a: Any, b: Any) -> bool:
     """Deep equality: tensors and arrays by dtype, shape and values (NaN equals NaN)."""
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
         return (
-            isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype
-            and a.shape == b.shape and bool(torch.equal(a, b) or _equal_nan(a, b))
+            isinstance(a, torch.Tensor)
+            and isinstance(b, torch.Tensor)
+            and a.dtype == b.dtype
+            and a.shape == b.shape
+            and bool(torch.equal(a, b) or _equal_nan(a, b))
         )
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b)
+        return (
+            isinstance(a, np.ndarray)
+            and isinstance(b, np.ndarray)
+            and a.dtype == b.dtype
+            and np.array_equal(a, b)
+        )
     if isinstance(a, dict):
         return isinstance(b, dict) and list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)):
@@ -146,7 +169,9 @@ def _expected_plain(leaf: Leaf, original: Any) -> Any:
         # strings stay arrays; numbers become tensors (a copy: the original may be flipped or read-only)
         return original if original.dtype.kind in "US" else torch.from_numpy(np.array(original))
     if leaf.kind == "number":
-        return torch.tensor(original, dtype=torch.float64 if isinstance(original, float) else torch.int64)
+        return torch.tensor(
+            original, dtype=torch.float64 if isinstance(original, float) else torch.int64
+        )
     return original
 
 
@@ -188,7 +213,9 @@ def check_case(case: Case) -> str:
         )
         return "rejected"
     assert not too_few_targets, "more chunks than targets must be rejected"
-    assert case.mutation is None or not case.mutation.must_fail, f"inconsistent batch accepted: {case.mutation}"
+    assert case.mutation is None or not case.mutation.must_fail, (
+        f"inconsistent batch accepted: {case.mutation}"
+    )
     check_intact(case, pieces, out)
     return "ok"
 

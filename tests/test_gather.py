@@ -1,4 +1,5 @@
 """gather: per-target outputs back to one device."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,7 +36,12 @@ def test_zero_dim_tensors_stacked_into_a_vector() -> None:
 
 
 def test_dicts_key_by_key_keep_type_and_order() -> None:
-    outs = [OrderedDict([("loss", torch.tensor(float(i))), ("logits", torch.full((i + 1, 2), float(i)))]) for i in range(2)]
+    outs = [
+        OrderedDict(
+            [("loss", torch.tensor(float(i))), ("logits", torch.full((i + 1, 2), float(i)))]
+        )
+        for i in range(2)
+    ]
     got = gather(outs, -1)
     assert type(got) is OrderedDict and list(got) == ["loss", "logits"]
     assert got["loss"].tolist() == [0.0, 1.0]
@@ -43,7 +49,9 @@ def test_dicts_key_by_key_keep_type_and_order() -> None:
 
 
 def test_differing_keys_are_named() -> None:
-    with pytest.raises(ValueError, match=r"different keys; target 1 lacks \['b'\] and adds \['c'\]"):
+    with pytest.raises(
+        ValueError, match=r"different keys; target 1 lacks \['b'\] and adds \['c'\]"
+    ):
         gather([{"a": 1, "b": 2}, {"a": 1, "c": 2}], "cpu")
     with pytest.raises(ValueError, match=r"field 'outer'.*lacks \['y'\]"):
         gather([{"outer": {"x": 1, "y": 2}}, {"outer": {"x": 1}}], "cpu")
@@ -61,11 +69,19 @@ def test_tuples_and_namedtuples_keep_type() -> None:
 def test_dataclasses_keep_type() -> None:
     got = gather([Result(torch.zeros(2), ["a", "b"]), Result(torch.ones(1), ["c"], tag="s")], "cpu")
     assert type(got) is Result
-    assert got.scores.tolist() == [0.0, 0.0, 1.0] and got.names == ["a", "b", "c"] and got.tag == ["r", "s"]
+    assert (
+        got.scores.tolist() == [0.0, 0.0, 1.0]
+        and got.names == ["a", "b", "c"]
+        and got.tag == ["r", "s"]
+    )
 
 
 def test_lists_concatenated_in_target_order_unequal_lengths_kept() -> None:
-    per_target = [[{"boxes": torch.zeros(1, 4)}, {"boxes": torch.zeros(2, 4)}], [{"boxes": torch.zeros(3, 4)}], []]
+    per_target = [
+        [{"boxes": torch.zeros(1, 4)}, {"boxes": torch.zeros(2, 4)}],
+        [{"boxes": torch.zeros(3, 4)}],
+        [],
+    ]
     got = gather(per_target, "cpu")
     assert [r["boxes"].shape[0] for r in got] == [1, 2, 3]
     assert gather([[1, 2, 3], [4]], "cpu") == [1, 2, 3, 4]
@@ -73,7 +89,10 @@ def test_lists_concatenated_in_target_order_unequal_lengths_kept() -> None:
 
 def test_none_stays_none_and_other_values_come_back_as_a_list() -> None:
     assert gather([None, None], "cpu") is None
-    assert gather([{"aux": None, "n": 1}, {"aux": None, "n": 2}], "cpu") == {"aux": None, "n": [1, 2]}
+    assert gather([{"aux": None, "n": 1}, {"aux": None, "n": 2}], "cpu") == {
+        "aux": None,
+        "n": [1, 2],
+    }
     assert gather(["a", "b"], "cpu") == ["a", "b"]
 
 
@@ -84,7 +103,11 @@ def test_none_stays_none_and_other_values_come_back_as_a_list() -> None:
         (torch.zeros(2), TypeError, "outputs must be a list"),
         ("ab", TypeError, "outputs must be a list"),
         ([torch.zeros(1), None], TypeError, "target 0 returned Tensor, target 1 NoneType"),
-        ([{"a": torch.zeros(1)}, {"a": [1]}], TypeError, r"field 'a': target 0 returned Tensor, target 1 list"),
+        (
+            [{"a": torch.zeros(1)}, {"a": [1]}],
+            TypeError,
+            r"field 'a': target 0 returned Tensor, target 1 list",
+        ),
         ([1.5, 2], TypeError, "target 0 returned float, target 1 int"),
     ],
 )

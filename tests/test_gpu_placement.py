@@ -3,6 +3,7 @@
 The logic runs on the CPU with a patched device count; ``test_tools.py`` runs the
 same cases end to end with torchrun on a GPU machine.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -10,14 +11,27 @@ import torch
 import torch.distributed as dist
 
 from mmpar.data import SyntheticShapes, build_dataloader
-from mmpar.dist_utils import check_gpu_per_process, init_dist
+from mmpar.dist import check_gpu_per_process, init_dist
+from mmpar.models import build_model
 from mmpar.runner.launch import run_device, wrap_model
-from mmpar.models.builder import build_model
 from tests._dist_helpers import free_port
 
-_LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                "SLURM_PROCID", "SLURM_NTASKS", "SLURM_NODELIST", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE",
-                "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "OMPI_COMM_WORLD_LOCAL_SIZE")
+_LAUNCH_VARS = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "SLURM_NODELIST",
+    "SLURM_LOCALID",
+    "SLURM_NTASKS_PER_NODE",
+    "SLURM_STEP_TASKS_PER_NODE",
+    "SLURM_TASKS_PER_NODE",
+    "OMPI_COMM_WORLD_LOCAL_SIZE",
+)
 
 
 @pytest.fixture
@@ -37,22 +51,35 @@ def _fake_gpus(monkeypatch: pytest.MonkeyPatch, count: int) -> list:
 
 
 def _torchrun_env(monkeypatch: pytest.MonkeyPatch, rank: int, world: int) -> None:
-    for name, value in dict(RANK=rank, WORLD_SIZE=world, LOCAL_RANK=rank, LOCAL_WORLD_SIZE=world,
-                            MASTER_ADDR="127.0.0.1", MASTER_PORT=free_port()).items():
+    for name, value in dict(
+        RANK=rank,
+        WORLD_SIZE=world,
+        LOCAL_RANK=rank,
+        LOCAL_WORLD_SIZE=world,
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=free_port(),
+    ).items():
         monkeypatch.setenv(name, str(value))
 
 
 @pytest.mark.parametrize("rank", [0, 1])
-def test_two_nccl_processes_on_one_gpu_fail_on_every_rank_before_nccl(env: pytest.MonkeyPatch, rank: int) -> None:
+def test_two_nccl_processes_on_one_gpu_fail_on_every_rank_before_nccl(
+    env: pytest.MonkeyPatch, rank: int
+) -> None:
     chosen = _fake_gpus(env, 1)
     _torchrun_env(env, rank, 2)
-    with pytest.raises(ValueError, match=r"2 processes on this node but 1 visible GPU\(s\).*"
-                                         r"--nproc_per_node=1.*dist_params.backend=gloo"):
+    with pytest.raises(
+        ValueError,
+        match=r"2 processes on this node but 1 visible GPU\(s\).*"
+        r"--nproc_per_node=1.*dist_params.backend=gloo",
+    ):
         init_dist("pytorch", timeout=5)
     assert chosen == [] and not dist.is_initialized()
 
 
-def test_gloo_on_a_gpu_machine_leaves_cuda_alone_and_runs_on_the_cpu(env: pytest.MonkeyPatch) -> None:
+def test_gloo_on_a_gpu_machine_leaves_cuda_alone_and_runs_on_the_cpu(
+    env: pytest.MonkeyPatch,
+) -> None:
     chosen = _fake_gpus(env, 1)
     _torchrun_env(env, 0, 1)
     env.setenv("LOCAL_WORLD_SIZE", "2")  # as if a second process shared the one GPU
@@ -81,7 +108,9 @@ def test_gloo_on_a_gpu_machine_leaves_cuda_alone_and_runs_on_the_cpu(env: pytest
         ("pytorch", 5, 8, 0, True),  # no GPU: nothing to share (gloo)
     ],
 )
-def test_check_gpu_per_process(launcher: str, local_rank: int, local_world: int, gpus: int, ok: bool) -> None:
+def test_check_gpu_per_process(
+    launcher: str, local_rank: int, local_world: int, gpus: int, ok: bool
+) -> None:
     if ok:
         check_gpu_per_process(launcher, local_rank, local_world, gpus)
     else:
@@ -92,14 +121,21 @@ def test_check_gpu_per_process(launcher: str, local_rank: int, local_world: int,
 def test_slurm_one_visible_gpu_per_task_is_valid(env: pytest.MonkeyPatch) -> None:
     chosen = _fake_gpus(env, 1)
     env.setattr(dist, "init_process_group", lambda *a, **k: None)  # no nccl on this machine
-    for name, value in dict(SLURM_PROCID=3, SLURM_NTASKS=4, SLURM_NODELIST="127.0.0.1", SLURM_LOCALID=3,
-                            SLURM_NTASKS_PER_NODE=4).items():
+    for name, value in dict(
+        SLURM_PROCID=3,
+        SLURM_NTASKS=4,
+        SLURM_NODELIST="127.0.0.1",
+        SLURM_LOCALID=3,
+        SLURM_NTASKS_PER_NODE=4,
+    ).items():
         env.setenv(name, str(value))
     init_dist("slurm", port=free_port())
     assert chosen == [0]
 
 
-def test_build_dataloader_pins_by_default_exactly_when_cuda_is_available(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_build_dataloader_pins_by_default_exactly_when_cuda_is_available(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     dataset = SyntheticShapes(num_samples=4)
     assert build_dataloader(dataset, 2, 0, seed=0).pin_memory is torch.cuda.is_available()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

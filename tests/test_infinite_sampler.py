@@ -1,4 +1,5 @@
 """Endless batch samplers: never run out, a new order per pass, sharded, seeded, set_epoch."""
+
 from __future__ import annotations
 
 import itertools
@@ -10,7 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mmpar.data.samplers import DistributedGroupSampler, InfiniteBatchSampler, InfiniteGroupBatchSampler
+from mmpar.data.samplers import (
+    DistributedGroupSampler,
+    InfiniteBatchSampler,
+    InfiniteGroupBatchSampler,
+)
 from tests._dist_helpers import run_workers
 
 
@@ -50,7 +55,9 @@ def test_every_pass_full_one_group_batches_covering_the_dataset(flag, batch_size
     for p in range(3):
         batches = [b for rank in per_rank for b in rank[p]]
         assert all(len(b) == batch_size and len({int(ds.flag[i]) for i in b}) == 1 for b in batches)
-        assert {i for b in batches for i in b} == set(range(len(flag)))  # no sample lost in any pass
+        assert {i for b in batches for i in b} == set(
+            range(len(flag))
+        )  # no sample lost in any pass
 
 
 def test_stream_runs_past_any_number_of_passes():
@@ -110,7 +117,9 @@ def test_index_view_forwards_set_epoch_and_hooks():
 def test_unshuffled_infinite_batch_sampler_is_sequential_and_ignores_groups():
     ds = Flagged([0, 1, 0, 1, 0])
     sampler = InfiniteBatchSampler(ds, 2, shuffle=False)
-    assert _take(sampler, 6) == [[0, 1], [2, 3], [4, 3]] * 2  # the short batch takes the sample before it
+    assert (
+        _take(sampler, 6) == [[0, 1], [2, 3], [4, 3]] * 2
+    )  # the short batch takes the sample before it
     shuffled = InfiniteBatchSampler(ds, 2, seed=0)
     mixed = [b for b in _take(shuffled, 60) if len({int(ds.flag[i]) for i in b}) > 1]
     assert mixed  # groups are not kept apart
@@ -128,12 +137,36 @@ def test_unshuffled_needs_no_seed_and_sharding_covers_each_pass():
 @pytest.mark.parametrize(
     "make, error, match",
     [
-        (lambda: InfiniteGroupBatchSampler(Flagged(n=0), 2, seed=0), ValueError, "at least one sample"),
-        (lambda: InfiniteGroupBatchSampler(Flagged(n=4), 0, seed=0), ValueError, "batch_size must be >= 1"),
-        (lambda: InfiniteGroupBatchSampler(Flagged(n=4), 2.0, seed=0), TypeError, "batch_size must be an int"),
-        (lambda: InfiniteGroupBatchSampler(Flagged(n=4), 2, 2, 2, seed=0), ValueError, "rank must be in"),
-        (lambda: InfiniteGroupBatchSampler(Flagged([0, 1]), 2, seed="1"), TypeError, "seed must be an int"),
-        (lambda: InfiniteGroupBatchSampler(Flagged([0, 1, 2], n=4), 2, seed=0), ValueError, "flag must hold"),
+        (
+            lambda: InfiniteGroupBatchSampler(Flagged(n=0), 2, seed=0),
+            ValueError,
+            "at least one sample",
+        ),
+        (
+            lambda: InfiniteGroupBatchSampler(Flagged(n=4), 0, seed=0),
+            ValueError,
+            "batch_size must be >= 1",
+        ),
+        (
+            lambda: InfiniteGroupBatchSampler(Flagged(n=4), 2.0, seed=0),
+            TypeError,
+            "batch_size must be an int",
+        ),
+        (
+            lambda: InfiniteGroupBatchSampler(Flagged(n=4), 2, 2, 2, seed=0),
+            ValueError,
+            "rank must be in",
+        ),
+        (
+            lambda: InfiniteGroupBatchSampler(Flagged([0, 1]), 2, seed="1"),
+            TypeError,
+            "seed must be an int",
+        ),
+        (
+            lambda: InfiniteGroupBatchSampler(Flagged([0, 1, 2], n=4), 2, seed=0),
+            ValueError,
+            "flag must hold",
+        ),
         (lambda: InfiniteBatchSampler(object(), 2, seed=0), TypeError, "must define __len__"),
     ],
 )

@@ -1,4 +1,5 @@
 """Log lines, the JSON log and the logger's handlers."""
+
 from __future__ import annotations
 
 import json
@@ -13,9 +14,13 @@ from mmpar.runner.logger import JsonLogWriter, format_eta, format_train_line, ge
 
 
 def test_train_line_looks_like_mmcv() -> None:
-    line = format_train_line(2, 10, 16, 0.003, 75.4, 0.0512, 0.0021, dict(loss_heatmap=0.739, loss=1.108))
-    assert line == ("Epoch [2][10/16]\tlr: 3.000e-03, eta: 0:01:15, time: 0.051, data_time: 0.002, "
-                    "loss_heatmap: 0.7390, loss: 1.1080")
+    line = format_train_line(
+        2, 10, 16, 0.003, 75.4, 0.0512, 0.0021, dict(loss_heatmap=0.739, loss=1.108)
+    )
+    assert line == (
+        "Epoch [2][10/16]\tlr: 3.000e-03, eta: 0:01:15, time: 0.051, data_time: 0.002, "
+        "loss_heatmap: 0.7390, loss: 1.1080"
+    )
     assert format_eta(float("nan")) == "unknown" and format_eta(3725) == "1:02:05"
 
 
@@ -36,7 +41,9 @@ def test_json_log_of_other_ranks_stays_empty(tmp_path: Path) -> None:
     assert not (tmp_path / "r1.log.json").exists()
 
 
-def test_logger_file_on_rank_zero_only_and_no_duplicate_handlers(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_logger_file_on_rank_zero_only_and_no_duplicate_handlers(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     log_file = tmp_path / "run.log"
     logger = get_logger("mmpar_test_logger", log_file)
     logger = get_logger("mmpar_test_logger", log_file)  # again: handlers replaced, not added

@@ -1,4 +1,5 @@
 """mean AP at IoU 0.5: hand-computed cases and properties."""
+
 from __future__ import annotations
 
 import math
@@ -30,7 +31,9 @@ def test_box_iou_hand_computed() -> None:
 
 def test_average_precision_all_points() -> None:
     # TP, FP, TP over 2 gts: recall .5 .5 1, precision 1 .5 2/3 -> interpolated 1, 2/3, 2/3
-    assert average_precision(np.array([0.5, 0.5, 1.0]), np.array([1.0, 0.5, 2 / 3])) == pytest.approx(0.5 + 0.5 * 2 / 3)
+    assert average_precision(
+        np.array([0.5, 0.5, 1.0]), np.array([1.0, 0.5, 2 / 3])
+    ) == pytest.approx(0.5 + 0.5 * 2 / 3)
     assert average_precision(np.array([]), np.array([])) == 0.0
 
 
@@ -70,7 +73,11 @@ def test_classes_without_gt_are_skipped() -> None:
     results = [[dets([0, 0, 10, 10, 0.9]), dets([0, 0, 5, 5, 0.99])]]
     mean_ap, per_class = eval_map(results, [ann([[0, 0, 10, 10]], [0])], class_names=["a", "b"])
     assert mean_ap == pytest.approx(1.0)
-    assert per_class[1]["class"] == "b" and per_class[1]["num_gts"] == 0 and math.isnan(per_class[1]["ap"])
+    assert (
+        per_class[1]["class"] == "b"
+        and per_class[1]["num_gts"] == 0
+        and math.isnan(per_class[1]["ap"])
+    )
     assert math.isnan(eval_map([[dets()]], [ann([], [])])[0])
 
 
@@ -79,7 +86,9 @@ def test_detections_on_ignore_boxes_count_neither_way() -> None:
     mean_ap, _ = eval_map(results, [ann([[0, 0, 10, 10]], [0], ignore=[[40, 40, 50, 50]])])
     assert mean_ap == pytest.approx(1.0)
     mean_ap, _ = eval_map(results, [ann([[0, 0, 10, 10]], [0])])
-    assert mean_ap == pytest.approx(0.5)  # without the ignore box the top detection is a false positive
+    assert mean_ap == pytest.approx(
+        0.5
+    )  # without the ignore box the top detection is a false positive
 
 
 def test_bad_inputs_name_the_problem() -> None:
@@ -93,14 +102,17 @@ def test_bad_inputs_name_the_problem() -> None:
         eval_map(np.zeros(3), [])
 
 
-boxes = st.tuples(st.integers(0, 50), st.integers(0, 50), st.integers(1, 30), st.integers(1, 30)).map(
-    lambda t: [t[0], t[1], t[0] + t[2], t[1] + t[3]]
-)
+boxes = st.tuples(
+    st.integers(0, 50), st.integers(0, 50), st.integers(1, 30), st.integers(1, 30)
+).map(lambda t: [t[0], t[1], t[0] + t[2], t[1] + t[3]])
 
 
 @settings(max_examples=40, deadline=None)
-@given(gts=st.lists(boxes, min_size=1, max_size=5), noise=st.lists(boxes, max_size=5),
-       scores=st.lists(st.floats(0.2, 1.0), min_size=10, max_size=10))
+@given(
+    gts=st.lists(boxes, min_size=1, max_size=5),
+    noise=st.lists(boxes, max_size=5),
+    scores=st.lists(st.floats(0.2, 1.0), min_size=10, max_size=10),
+)
 def test_ap_bounds_and_low_scored_false_positives_change_nothing(gts, noise, scores) -> None:
     candidates = gts + noise
     results = [[dets(*[b + [s] for b, s in zip(candidates, scores)])]]
@@ -117,7 +129,9 @@ def test_a_detection_whose_best_ground_truth_is_taken_is_a_false_positive() -> N
     # VOC rule: each detection is compared with its highest-IoU ground truth only;
     # if that one is already matched, the detection is a false positive, even when
     # another ground truth (here B, IoU 0.9) is still free.
-    gts = dict(bboxes=np.array([[0, 0, 10, 10], [0, 0, 10, 9]], np.float32), labels=np.array([0, 0]))
+    gts = dict(
+        bboxes=np.array([[0, 0, 10, 10], [0, 0, 10, 9]], np.float32), labels=np.array([0, 0])
+    )
     dets = [[np.array([[0, 0, 10, 10, 0.9], [0, 0, 10, 10, 0.8]], np.float32)]]
     mean, per_class = eval_map(dets, [gts])
     assert mean == pytest.approx(0.5)

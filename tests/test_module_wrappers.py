@@ -1,4 +1,5 @@
 """MODULE_WRAPPERS and is_module_wrapper."""
+
 from __future__ import annotations
 
 import uuid
@@ -37,7 +38,9 @@ def test_torch_wrappers_and_subclasses_are_wrappers() -> None:
     assert is_module_wrapper(_bare(MyDDP))
 
 
-@pytest.mark.parametrize("obj", [nn.Linear(1, 1), nn.Sequential(), None, "DataParallel", DataParallel, 3])
+@pytest.mark.parametrize(
+    "obj", [nn.Linear(1, 1), nn.Sequential(), None, "DataParallel", DataParallel, 3]
+)
 def test_other_objects_are_not_wrappers(obj: object) -> None:
     assert not is_module_wrapper(obj)
 

@@ -1,4 +1,5 @@
 """Padding report on real collated batches, on sizes, over a loader; the bench section."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -10,8 +11,13 @@ import torch
 from torch.utils.data import Dataset
 
 from mmpar.collate import collate
-from mmpar.data.builder import build_dataloader
-from mmpar.data.padding_stats import PaddingStats, loader_padding_ratio, padding_counts, padding_ratio
+from mmpar.data import build_dataloader
+from mmpar.data.padding_stats import (
+    PaddingStats,
+    loader_padding_ratio,
+    padding_counts,
+    padding_ratio,
+)
 from mmpar.data_container import DataContainer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,7 +49,9 @@ def test_padding_of_a_real_collated_batch():
     assert stats == PaddingStats(padded_pixels=18, total_pixels=73, batches=1)
     assert padding_ratio(batch) == pytest.approx(18 / 73)
     assert padding_ratio(batch["img"], img_metas=batch["img_metas"]) == pytest.approx(18 / 73)
-    real = sum(int((c[:, 0] != 0).sum()) for c in batch["img"].data)  # the images are ones, padding zeros
+    real = sum(
+        int((c[:, 0] != 0).sum()) for c in batch["img"].data
+    )  # the images are ones, padding zeros
     assert stats.total_pixels - stats.padded_pixels == real
 
 
@@ -72,23 +80,43 @@ def test_loader_padding_ratio_over_an_epoch():
     assert (stats.padded_pixels, stats.total_pixels) == (total - real, total)
     assert loader_padding_ratio(loader, max_batches=1).batches == 1
     assert loader_padding_ratio(loader, max_batches=0) == PaddingStats()
-    endless = build_dataloader(Images(sizes), 2, 0, shuffle=False, seed=0, runner_type="IterBasedRunner")
-    assert loader_padding_ratio(endless) == stats  # one pass: the same sequential batches, then stop
+    endless = build_dataloader(
+        Images(sizes), 2, 0, shuffle=False, seed=0, runner_type="IterBasedRunner"
+    )
+    assert (
+        loader_padding_ratio(endless) == stats
+    )  # one pass: the same sequential batches, then stop
 
 
 @pytest.mark.parametrize(
     "call, error, match",
     [
         (lambda b: padding_counts(b["img"]), ValueError, "true image sizes are unknown"),
-        (lambda b: padding_counts(b, size_divisor=32), ValueError, "size_divisor is for sizes input only"),
+        (
+            lambda b: padding_counts(b, size_divisor=32),
+            ValueError,
+            "size_divisor is for sizes input only",
+        ),
         (lambda b: padding_counts(b, key="image"), ValueError, "batch has no field 'image'"),
         (lambda b: padding_counts(b["img"], img_metas=[[{}]]), ValueError, "no 'img_shape'"),
-        (lambda b: padding_counts(b["img"], img_metas=[[{"img_shape": (9, 9)}]]), ValueError, "does not fit"),
-        (lambda b: padding_counts(b["img"], img_metas=[[], []]), ValueError, "1 chunks but img_metas has 2"),
+        (
+            lambda b: padding_counts(b["img"], img_metas=[[{"img_shape": (9, 9)}]]),
+            ValueError,
+            "does not fit",
+        ),
+        (
+            lambda b: padding_counts(b["img"], img_metas=[[], []]),
+            ValueError,
+            "1 chunks but img_metas has 2",
+        ),
         (lambda b: padding_counts([[]]), ValueError, "empty chunk"),
         (lambda b: padding_counts([[(0, 3)]]), ValueError, "positive"),
         (lambda b: padding_counts("sizes"), TypeError, "list of chunks"),
-        (lambda b: padding_counts([[(2, 3)]], size_divisor=0), ValueError, "size_divisor must be a positive int"),
+        (
+            lambda b: padding_counts([[(2, 3)]], size_divisor=0),
+            ValueError,
+            "size_divisor must be a positive int",
+        ),
         (lambda b: loader_padding_ratio([], max_batches=-1), ValueError, "max_batches must be"),
     ],
 )
@@ -99,7 +127,9 @@ def test_bad_input(call, error, match):
 
 
 def test_padding_bench_section_quick():
-    spec = importlib.util.spec_from_file_location("bench_padding", REPO / "tools" / "bench" / "padding.py")
+    spec = importlib.util.spec_from_file_location(
+        "bench_padding", REPO / "tools" / "bench" / "padding.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     text = module.run(quick=True)

@@ -1,4 +1,5 @@
 """parallel_apply: per-device inputs and scattered batches, threads, errors, state carry-over."""
+
 from __future__ import annotations
 
 import threading
@@ -46,14 +47,18 @@ def test_module_list_one_per_device() -> None:
 
 
 def test_per_device_kwargs() -> None:
-    out = parallel_apply(lambda x, scale: x * scale, [1, 2], devices=CPU2, module_kwargs=[{"scale": 3}, {"scale": 5}])
+    out = parallel_apply(
+        lambda x, scale: x * scale, [1, 2], devices=CPU2, module_kwargs=[{"scale": 3}, {"scale": 5}]
+    )
     assert out == [3, 10]
 
 
 def test_threads_really_run_at_the_same_time() -> None:
     # Each call waits for the other: run one after the other, they would break the barrier.
     barrier = threading.Barrier(2, timeout=10)
-    names = parallel_apply(lambda _: (barrier.wait(), threading.current_thread().name)[1], [0, 1], devices=CPU2)
+    names = parallel_apply(
+        lambda _: (barrier.wait(), threading.current_thread().name)[1], [0, 1], devices=CPU2
+    )
     assert len(set(names)) == 2
 
 
@@ -71,7 +76,9 @@ def test_results_keep_device_order_when_later_devices_finish_first() -> None:
 
 
 def test_single_device_runs_inline() -> None:
-    on_main = parallel_apply(lambda _: threading.current_thread() is threading.main_thread(), [0], devices=["cpu"])
+    on_main = parallel_apply(
+        lambda _: threading.current_thread() is threading.main_thread(), [0], devices=["cpu"]
+    )
     assert on_main == [True]
 
 
@@ -79,14 +86,18 @@ def test_single_device_runs_inline() -> None:
 def test_grad_mode_carries_into_threads(grad: bool) -> None:
     w = torch.ones(2, requires_grad=True)
     with torch.set_grad_enabled(grad):
-        out = parallel_apply(lambda x: (torch.is_grad_enabled(), (w * x).requires_grad), [1.0, 2.0], devices=CPU2)
+        out = parallel_apply(
+            lambda x: (torch.is_grad_enabled(), (w * x).requires_grad), [1.0, 2.0], devices=CPU2
+        )
     assert out == [(grad, grad), (grad, grad)]
 
 
 def test_autocast_state_carries_into_threads() -> None:
     a = torch.randn(4, 4)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        out = parallel_apply(lambda x: (torch.is_autocast_enabled("cpu"), (x @ x).dtype), [a, a], devices=CPU2)
+        out = parallel_apply(
+            lambda x: (torch.is_autocast_enabled("cpu"), (x @ x).dtype), [a, a], devices=CPU2
+        )
     assert out == [(True, torch.bfloat16)] * 2
     out = parallel_apply(lambda x: (x @ x).dtype, [a, a], devices=CPU2)
     assert out == [torch.float32] * 2
@@ -101,7 +112,9 @@ def _fail_on(index: int, exc: BaseException):
     return fn
 
 
-@pytest.mark.parametrize("exc", [ValueError("bad value"), KeyError("missing"), ZeroDivisionError("zero")])
+@pytest.mark.parametrize(
+    "exc", [ValueError("bad value"), KeyError("missing"), ZeroDivisionError("zero")]
+)
 def test_exception_keeps_type_and_names_the_device(exc: Exception) -> None:
     with pytest.raises(type(exc)) as info:
         parallel_apply(_fail_on(1, exc), [0, 1], devices=CPU2)
@@ -118,7 +131,9 @@ class _TwoArgError(Exception):
 
 def test_exception_that_cannot_be_rebuilt_becomes_runtime_error_chaining_it() -> None:
     original = _TwoArgError(7, "odd")
-    with pytest.raises(RuntimeError, match=r"call 0 on device cpu raised _TwoArgError: 7: odd") as info:
+    with pytest.raises(
+        RuntimeError, match=r"call 0 on device cpu raised _TwoArgError: 7: odd"
+    ) as info:
         parallel_apply(_fail_on(0, original), [0, 1], devices=CPU2)
     assert info.value.__cause__ is original
 
@@ -135,7 +150,9 @@ def test_batch_tensor_is_scattered_and_gathered() -> None:
     x = torch.arange(10.0).reshape(5, 2)
     chunks = parallel_apply(lambda t: t * 2, x, devices=CPU2)
     assert [c.shape[0] for c in chunks] == [3, 2]
-    torch.testing.assert_close(parallel_apply(lambda t: t * 2, x, devices=CPU2, output_device="cpu"), x * 2)
+    torch.testing.assert_close(
+        parallel_apply(lambda t: t * 2, x, devices=CPU2, output_device="cpu"), x * 2
+    )
 
 
 def test_batch_of_containers_is_unwrapped_chunk_per_device() -> None:
@@ -144,7 +161,9 @@ def test_batch_of_containers_is_unwrapped_chunk_per_device() -> None:
     def fn(data: dict) -> dict:
         for value in data.values():
             assert not isinstance(value, DataContainer)
-        return dict(idx=[m["idx"] for m in data["meta"]], n=[len(b) for b in data["boxes"]], img=data["img"])
+        return dict(
+            idx=[m["idx"] for m in data["meta"]], n=[len(b) for b in data["boxes"]], img=data["img"]
+        )
 
     out = parallel_apply(fn, (batch,), devices=CPU2)
     assert [o["idx"] for o in out] == [[0, 1], [2, 3]]
@@ -175,7 +194,9 @@ def test_scatter_apply_gather_roundtrip(n: int, k: int) -> None:
 
 def test_default_devices_without_cuda_is_one_cpu() -> None:
     if torch.cuda.is_available():
-        assert default_devices() == [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
+        assert default_devices() == [
+            torch.device("cuda", i) for i in range(torch.cuda.device_count())
+        ]
     else:
         assert default_devices() == [torch.device("cpu")]
         assert parallel_apply(lambda v: v + 1, [1]) == [2]
@@ -184,7 +205,9 @@ def test_default_devices_without_cuda_is_one_cpu() -> None:
 def test_bad_arguments_are_named() -> None:
     with pytest.raises(ValueError, match="inputs is a list.*one entry per device \\(2\\), got 3"):
         parallel_apply(lambda v: v, [1, 2, 3], devices=CPU2)
-    with pytest.raises(TypeError, match="fn must be a module, a list of modules or a callable, got int"):
+    with pytest.raises(
+        TypeError, match="fn must be a module, a list of modules or a callable, got int"
+    ):
         parallel_apply(3, [1, 2], devices=CPU2)
     with pytest.raises(ValueError, match="fn is a list of 1 modules but 2 devices"):
         parallel_apply([nn.Identity()], [1, 2], devices=CPU2)
@@ -205,7 +228,11 @@ def test_cuda_threads_use_their_device_and_stream() -> None:
     inputs = [torch.ones(2, device=f"cuda:{d}") for d in devices]
 
     def fn(t: torch.Tensor):
-        return torch.cuda.current_device(), torch.cuda.current_stream() == torch.cuda.current_stream(t.device), t * 2
+        return (
+            torch.cuda.current_device(),
+            torch.cuda.current_stream() == torch.cuda.current_stream(t.device),
+            t * 2,
+        )
 
     out = parallel_apply(fn, inputs, devices=devices)
     assert [o[0] for o in out] == devices

@@ -1,4 +1,5 @@
 """tools/plot_log.py: JSON logs to PNG curves."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -21,7 +22,10 @@ def load_tool():
 
 def write_log(path: Path) -> Path:
     records = [dict(mode="meta", seed=0), dict(mode="val", epoch=0, iter=0, mAP=0.0)]
-    records += [dict(mode="train", epoch=1, iter=i, lr=0.01, loss=3.0 / i, loss_heatmap=2.0 / i) for i in range(1, 9)]
+    records += [
+        dict(mode="train", epoch=1, iter=i, lr=0.01, loss=3.0 / i, loss_heatmap=2.0 / i)
+        for i in range(1, 9)
+    ]
     records.append(dict(mode="val", epoch=1, iter=8, mAP=0.6))
     path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
     return path
@@ -30,8 +34,22 @@ def write_log(path: Path) -> Path:
 def test_cli_writes_a_png(tmp_path: Path) -> None:
     log = write_log(tmp_path / "run.log.json")
     out = tmp_path / "curve.png"
-    proc = subprocess.run([sys.executable, "tools/plot_log.py", str(log), "--keys", "loss", "loss_heatmap", "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "tools/plot_log.py",
+            str(log),
+            "--keys",
+            "loss",
+            "loss_heatmap",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 1000
 

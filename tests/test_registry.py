@@ -1,4 +1,5 @@
 """Tests for mmpar.registry.Registry."""
+
 from __future__ import annotations
 
 import pytest
@@ -283,7 +284,14 @@ def test_build_keeps_exceptions_with_custom_constructors(models: Registry) -> No
     assert info.value.args == (1, 2)
 
 
-@given(st.lists(st.text(alphabet="abcdefgXYZ_0123", min_size=1, max_size=8), min_size=1, max_size=12, unique=True))
+@given(
+    st.lists(
+        st.text(alphabet="abcdefgXYZ_0123", min_size=1, max_size=8),
+        min_size=1,
+        max_size=12,
+        unique=True,
+    )
+)
 def test_every_registered_name_is_found(names: list) -> None:
     reg = Registry("prop")
     objects = {}

@@ -2,6 +2,7 @@
 
 Each test names what went wrong before the fix.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -15,8 +16,16 @@ from mmpar.scatter_gather import gather, scatter
 
 def _stacked(dtype: torch.dtype, padding_value: object) -> list:
     return [
-        {"mask": DataContainer(torch.ones(1, 2, dtype=dtype), stack=True, padding_value=padding_value)},
-        {"mask": DataContainer(torch.ones(1, 3, dtype=dtype), stack=True, padding_value=padding_value)},
+        {
+            "mask": DataContainer(
+                torch.ones(1, 2, dtype=dtype), stack=True, padding_value=padding_value
+            )
+        },
+        {
+            "mask": DataContainer(
+                torch.ones(1, 3, dtype=dtype), stack=True, padding_value=padding_value
+            )
+        },
     ]
 
 
@@ -32,14 +41,18 @@ def _stacked(dtype: torch.dtype, padding_value: object) -> list:
         (torch.int64, 2**70),  # OverflowError from fill_
     ],
 )
-def test_padding_value_the_dtype_cannot_hold_is_rejected_by_name(dtype: torch.dtype, padding_value: object) -> None:
+def test_padding_value_the_dtype_cannot_hold_is_rejected_by_name(
+    dtype: torch.dtype, padding_value: object
+) -> None:
     with pytest.raises(ValueError, match=r"field 'mask'.*padding_value"):
         collate(_stacked(dtype, padding_value), samples_per_gpu=2)
 
 
 def test_padding_value_is_checked_even_when_no_margin_is_filled() -> None:
     # Same-size images would pass and the first odd-sized batch fail mid-training.
-    same = [{"mask": DataContainer(torch.ones(1, 2, dtype=torch.uint8), stack=True, padding_value=-1)}] * 2
+    same = [
+        {"mask": DataContainer(torch.ones(1, 2, dtype=torch.uint8), stack=True, padding_value=-1)}
+    ] * 2
     with pytest.raises(ValueError, match="'mask'"):
         collate(same, samples_per_gpu=2)
 
@@ -54,7 +67,9 @@ def test_padding_value_is_checked_even_when_no_margin_is_filled() -> None:
         (torch.float16, float("-inf"), float("-inf")),
     ],
 )
-def test_padding_value_the_dtype_holds_is_written_exactly(dtype: torch.dtype, padding_value: object, expected: object) -> None:
+def test_padding_value_the_dtype_holds_is_written_exactly(
+    dtype: torch.dtype, padding_value: object, expected: object
+) -> None:
     (batch,) = collate(_stacked(dtype, padding_value), samples_per_gpu=2)["mask"].data
     assert batch[0, 0, 2].item() == expected
     assert batch[1].eq(1).all()

@@ -3,6 +3,7 @@
 Growth is judged by comparing a late window of a run with an early one, with wide
 tolerances: the machine may be noisy, a leak of one batch per step is not subtle.
 """
+
 from __future__ import annotations
 
 import gc
@@ -16,7 +17,7 @@ import torch
 from torch.utils.data import Dataset
 
 from mmpar.collate import collate
-from mmpar.data.builder import build_dataloader
+from mmpar.data import build_dataloader
 from mmpar.data_container import DataContainer
 from mmpar.scatter_gather import gather, scatter
 
@@ -55,8 +56,14 @@ def _usage() -> Dict[str, float]:
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs Linux /proc")
 def test_collate_in_workers_does_not_grow_memory_fds_or_shm() -> None:
     batches, samples_per_gpu = 1500, 8
-    loader = build_dataloader(PaddedImages(batches * samples_per_gpu), samples_per_gpu, 2, shuffle=False, seed=0,
-                              timeout=60)
+    loader = build_dataloader(
+        PaddedImages(batches * samples_per_gpu),
+        samples_per_gpu,
+        2,
+        shuffle=False,
+        seed=0,
+        timeout=60,
+    )
     samples: List[dict] = []
     seen = 0
     for i, batch in enumerate(loader):
@@ -72,9 +79,15 @@ def test_collate_in_workers_does_not_grow_memory_fds_or_shm() -> None:
         return max(s[key] for s in window)
 
     # One batch is ~8 x 3 x 96 x 96 x 4 B = 0.9 MB: a per-batch leak would add over 1 GB by the late window.
-    assert peak(late, "rss") <= 1.5 * peak(early, "rss") + 64 * _MB, (peak(early, "rss"), peak(late, "rss"))
+    assert peak(late, "rss") <= 1.5 * peak(early, "rss") + 64 * _MB, (
+        peak(early, "rss"),
+        peak(late, "rss"),
+    )
     assert peak(late, "fds") <= peak(early, "fds") + 16, (peak(early, "fds"), peak(late, "fds"))
-    assert peak(late, "shm") <= peak(early, "shm") + 64 * _MB, (peak(early, "shm"), peak(late, "shm"))
+    assert peak(late, "shm") <= peak(early, "shm") + 64 * _MB, (
+        peak(early, "shm"),
+        peak(late, "shm"),
+    )
 
 
 def _batch(n: int = 6) -> dict:
@@ -83,10 +96,14 @@ def _batch(n: int = 6) -> dict:
 
 def test_scatter_and_gather_keep_no_reference_to_their_inputs_on_cpu() -> None:
     batch = _batch()
-    watched = [weakref.ref(t) for t in batch["img"].data]  # DataContainer has __slots__ without __weakref__
+    watched = [
+        weakref.ref(t) for t in batch["img"].data
+    ]  # DataContainer has __slots__ without __weakref__
     watched += [weakref.ref(b) for chunk in batch["gt_bboxes"].data for b in chunk]
     pieces = scatter(batch, ["cpu", -1])
-    outputs = [{"feat": p["img"].mean(dim=(1, 2, 3)), "boxes": list(p["gt_bboxes"])} for p in pieces]
+    outputs = [
+        {"feat": p["img"].mean(dim=(1, 2, 3)), "boxes": list(p["gt_bboxes"])} for p in pieces
+    ]
     watched += [weakref.ref(o["feat"]) for o in outputs]
     merged = gather(outputs, "cpu")
     assert merged["feat"].shape == (6,) and len(merged["boxes"]) == 6

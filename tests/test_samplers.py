@@ -1,4 +1,5 @@
 """Samplers: coverage, one group per batch, equal work per rank, determinism."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -20,7 +21,9 @@ SETTINGS = settings(max_examples=50, deadline=None)
 class Flagged:
     """A dataset that is only its group flags and, optionally, its image sizes."""
 
-    def __init__(self, flag: Optional[Sequence[int]] = None, img_sizes=None, n: Optional[int] = None) -> None:
+    def __init__(
+        self, flag: Optional[Sequence[int]] = None, img_sizes=None, n: Optional[int] = None
+    ) -> None:
         if flag is not None:
             self.flag = np.asarray(flag)
         if img_sizes is not None:
@@ -40,10 +43,14 @@ def _one_group(batch: Sequence[int], flag: np.ndarray) -> bool:
     return len({int(flag[i]) for i in batch}) == 1
 
 
-def _rank_batches(dataset, samples_per_gpu: int, world: int, seed: int = 3, epoch: int = 0, **kw) -> List[List[List[int]]]:
+def _rank_batches(
+    dataset, samples_per_gpu: int, world: int, seed: int = 3, epoch: int = 0, **kw
+) -> List[List[List[int]]]:
     out = []
     for rank in range(world):
-        s = DistributedGroupSampler(dataset, samples_per_gpu, world, rank, seed=seed, batch_sampler=True, **kw)
+        s = DistributedGroupSampler(
+            dataset, samples_per_gpu, world, rank, seed=seed, batch_sampler=True, **kw
+        )
         s.set_epoch(epoch)
         batches = list(s)
         assert len(batches) == len(s)
@@ -59,7 +66,9 @@ def _rank_batches(dataset, samples_per_gpu: int, world: int, seed: int = 3, epoc
 def test_group_batch_sampler_every_sample_once(flag, samples_per_gpu, num_gpus, size_aware):
     sizes = np.random.default_rng(len(flag)).integers(100, 1000, size=(len(flag), 2))
     ds = Flagged(flag, sizes)
-    sampler = GroupSampler(ds, samples_per_gpu, num_gpus, seed=0, size_aware=size_aware, batch_sampler=True)
+    sampler = GroupSampler(
+        ds, samples_per_gpu, num_gpus, seed=0, size_aware=size_aware, batch_sampler=True
+    )
     batches = list(sampler)
     batch_size = samples_per_gpu * num_gpus
     assert len(batches) == len(sampler)
@@ -142,7 +151,13 @@ def test_empty_dataset_yields_nothing():
 
 
 @SETTINGS
-@given(flag=flags, samples_per_gpu=per_gpu, world=world_sizes, size_aware=st.booleans(), epoch=st.integers(0, 3))
+@given(
+    flag=flags,
+    samples_per_gpu=per_gpu,
+    world=world_sizes,
+    size_aware=st.booleans(),
+    epoch=st.integers(0, 3),
+)
 def test_distributed_group_sampler_over_ranks(flag, samples_per_gpu, world, size_aware, epoch):
     sizes = np.random.default_rng(7).integers(100, 1000, size=(len(flag), 2))
     ds = Flagged(flag, sizes)
@@ -163,7 +178,9 @@ def test_distributed_group_sampler_over_ranks(flag, samples_per_gpu, world, size
 def test_distributed_group_index_form_flattens_batches(flag, samples_per_gpu, world):
     ds = Flagged(flag)
     for rank in range(world):
-        as_batches = DistributedGroupSampler(ds, samples_per_gpu, world, rank, seed=9, batch_sampler=True)
+        as_batches = DistributedGroupSampler(
+            ds, samples_per_gpu, world, rank, seed=9, batch_sampler=True
+        )
         as_indices = DistributedGroupSampler(ds, samples_per_gpu, world, rank, seed=9)
         indices = list(as_indices)
         assert len(indices) == len(as_indices) == len(as_batches) * samples_per_gpu
@@ -191,7 +208,10 @@ def test_distributed_group_sampler_repeats_documented_batches():
 @given(n=st.integers(0, 50), world=world_sizes, shuffle=st.booleans(), drop_last=st.booleans())
 def test_distributed_sampler_splits_evenly(n, world, shuffle, drop_last):
     ds = Flagged(n=n)
-    parts = [list(DistributedSampler(ds, world, r, shuffle=shuffle, seed=2, drop_last=drop_last)) for r in range(world)]
+    parts = [
+        list(DistributedSampler(ds, world, r, shuffle=shuffle, seed=2, drop_last=drop_last))
+        for r in range(world)
+    ]
     lengths = {len(p) for p in parts}
     assert len(lengths) == 1
     assert lengths.pop() == len(DistributedSampler(ds, world, 0, seed=2, drop_last=drop_last))
@@ -317,20 +337,64 @@ def test_size_aware_pads_far_less_on_skewed_sizes():
 @pytest.mark.parametrize(
     "make, error, match",
     [
-        (lambda: GroupSampler(Flagged(n=3), 0, seed=0), ValueError, "samples_per_gpu must be >= 1, got 0"),
-        (lambda: GroupSampler(Flagged(n=3), 2, num_gpus=0, seed=0), ValueError, "num_gpus must be >= 1"),
-        (lambda: GroupSampler(Flagged(n=3), 2.0, seed=0), TypeError, "samples_per_gpu must be an int, got float"),
+        (
+            lambda: GroupSampler(Flagged(n=3), 0, seed=0),
+            ValueError,
+            "samples_per_gpu must be >= 1, got 0",
+        ),
+        (
+            lambda: GroupSampler(Flagged(n=3), 2, num_gpus=0, seed=0),
+            ValueError,
+            "num_gpus must be >= 1",
+        ),
+        (
+            lambda: GroupSampler(Flagged(n=3), 2.0, seed=0),
+            TypeError,
+            "samples_per_gpu must be an int, got float",
+        ),
         (lambda: GroupSampler(Flagged(n=3), seed="x"), TypeError, "seed must be an int or None"),
-        (lambda: GroupSampler(Flagged(n=3), seed=0, drop_last=True), ValueError, "drop_last=True needs batch_sampler"),
-        (lambda: GroupSampler(Flagged([0, 1], n=3), seed=0), ValueError, r"expected shape \(3,\).*found shape \(2,\)"),
+        (
+            lambda: GroupSampler(Flagged(n=3), seed=0, drop_last=True),
+            ValueError,
+            "drop_last=True needs batch_sampler",
+        ),
+        (
+            lambda: GroupSampler(Flagged([0, 1], n=3), seed=0),
+            ValueError,
+            r"expected shape \(3,\).*found shape \(2,\)",
+        ),
         (lambda: GroupSampler(Flagged([0.5, 1, 0]), seed=0), ValueError, "integer group ids"),
-        (lambda: GroupSampler(Flagged(img_sizes=np.ones((3, 3))), seed=0), ValueError, r"shape \(3, 2\).*found shape \(3, 3\)"),
-        (lambda: GroupSampler(Flagged(img_sizes=[(1, 2), (0, 4)]), seed=0), ValueError, "sample 1 has"),
+        (
+            lambda: GroupSampler(Flagged(img_sizes=np.ones((3, 3))), seed=0),
+            ValueError,
+            r"shape \(3, 2\).*found shape \(3, 3\)",
+        ),
+        (
+            lambda: GroupSampler(Flagged(img_sizes=[(1, 2), (0, 4)]), seed=0),
+            ValueError,
+            "sample 1 has",
+        ),
         (lambda: GroupSampler(object(), seed=0), TypeError, "must define __len__"),
-        (lambda: DistributedGroupSampler(Flagged(n=3), 1, 2, 2, seed=0), ValueError, r"rank must be in \[0, 2\).*got 2"),
-        (lambda: DistributedGroupSampler(Flagged(n=3), 1, 2, -1, seed=0), ValueError, "rank must be in"),
-        (lambda: DistributedGroupSampler(Flagged(n=3), 1, 0, 0, seed=0), ValueError, "num_replicas must be >= 1"),
-        (lambda: DistributedSampler(Flagged(n=3), 3, 5, seed=0), ValueError, r"rank must be in \[0, 3\)"),
+        (
+            lambda: DistributedGroupSampler(Flagged(n=3), 1, 2, 2, seed=0),
+            ValueError,
+            r"rank must be in \[0, 2\).*got 2",
+        ),
+        (
+            lambda: DistributedGroupSampler(Flagged(n=3), 1, 2, -1, seed=0),
+            ValueError,
+            "rank must be in",
+        ),
+        (
+            lambda: DistributedGroupSampler(Flagged(n=3), 1, 0, 0, seed=0),
+            ValueError,
+            "num_replicas must be >= 1",
+        ),
+        (
+            lambda: DistributedSampler(Flagged(n=3), 3, 5, seed=0),
+            ValueError,
+            r"rank must be in \[0, 3\)",
+        ),
     ],
 )
 def test_bad_arguments_are_named(make, error, match):
@@ -341,6 +405,8 @@ def test_bad_arguments_are_named(make, error, match):
 def test_works_as_dataloader_batch_sampler():
     ds = Flagged([0, 1, 1, 0, 1, 0, 0])
     values = torch.arange(7)
-    loader = torch.utils.data.DataLoader(values, batch_sampler=GroupSampler(ds, 2, seed=0, batch_sampler=True))
+    loader = torch.utils.data.DataLoader(
+        values, batch_sampler=GroupSampler(ds, 2, seed=0, batch_sampler=True)
+    )
     seen = sorted(int(v) for batch in loader for v in batch)
     assert seen == list(range(7))

@@ -1,4 +1,5 @@
 """scatter and scatter_kwargs on CPU targets (repeated CPU targets exercise every splitting path)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -147,9 +148,20 @@ def test_structures_are_rebuilt_per_target_with_their_types() -> None:
 def test_non_splittable_values_given_by_reference_to_every_used_target() -> None:
     names = ["a.jpg", "b.jpg"]
     obj = object()
-    inputs = {"t": torch.arange(4), "none": None, "n": 3, "f": 0.5, "s": "x", "names": names,
-              "nums": [1, 2], "empty_list": [], "empty_dict": {}, "empty_tuple": (), "obj": obj,
-              "arr": np.arange(4)}
+    inputs = {
+        "t": torch.arange(4),
+        "none": None,
+        "n": 3,
+        "f": 0.5,
+        "s": "x",
+        "names": names,
+        "nums": [1, 2],
+        "empty_list": [],
+        "empty_dict": {},
+        "empty_tuple": (),
+        "obj": obj,
+        "arr": np.arange(4),
+    }
     out = scatter(inputs, ["cpu"] * 3)
     assert len(out) == 2  # 4 samples over 3 targets: torch.chunk gives 2/2
     for piece in out:
@@ -178,12 +190,19 @@ def test_every_field_must_split_into_the_same_number_of_pieces() -> None:
 
 
 def test_more_chunks_than_targets_is_an_error() -> None:
-    with pytest.raises(ValueError, match=r"field 'img' holds 3 chunks but only 2 target\(s\).*never dropped"):
+    with pytest.raises(
+        ValueError, match=r"field 'img' holds 3 chunks but only 2 target\(s\).*never dropped"
+    ):
         scatter(_batch(5, 2), ["cpu", "cpu"])
 
 
-@pytest.mark.parametrize("n, spg, k, sizes", [(5, 2, 3, [2, 2, 1]), (5, 3, 4, [3, 2]), (5, 4, 2, [4, 1]), (4, 1, 4, [1, 1, 1, 1])])
-def test_plain_tensors_split_at_container_boundaries(n: int, spg: int, k: int, sizes: List[int]) -> None:
+@pytest.mark.parametrize(
+    "n, spg, k, sizes",
+    [(5, 2, 3, [2, 2, 1]), (5, 3, 4, [3, 2]), (5, 4, 2, [4, 1]), (4, 1, 4, [1, 1, 1, 1])],
+)
+def test_plain_tensors_split_at_container_boundaries(
+    n: int, spg: int, k: int, sizes: List[int]
+) -> None:
     batch = _batch(n, spg)
     out = scatter(batch, ["cpu"] * k)
     assert [len(p["label"]) for p in out] == sizes
@@ -195,7 +214,9 @@ def test_plain_tensors_split_at_container_boundaries(n: int, spg: int, k: int, s
 def test_plain_tensor_length_must_match_the_containers() -> None:
     batch = _batch(4, 2)
     batch["extra"] = torch.zeros(5)
-    with pytest.raises(ValueError, match=r"field 'extra' holds 5 samples but the containers' chunks hold \[2, 2\]"):
+    with pytest.raises(
+        ValueError, match=r"field 'extra' holds 5 samples but the containers' chunks hold \[2, 2\]"
+    ):
         scatter(batch, ["cpu"] * 2)
 
 
@@ -235,16 +256,23 @@ def test_bad_chunk_sizes(chunk_sizes: Any, pattern: str) -> None:
 
 
 def test_chunk_sizes_must_agree_with_containers() -> None:
-    with pytest.raises(ValueError, match=r"chunk_sizes=\[3, 2\] must equal the collated containers' chunk sizes \[2, 2, 1\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"chunk_sizes=\[3, 2\] must equal the collated containers' chunk sizes \[2, 2, 1\]",
+    ):
         scatter(_batch(5, 2), ["cpu"] * 3, chunk_sizes=[3, 2])
 
 
 def test_max_size() -> None:
     out = scatter(torch.arange(6), ["cpu"] * 3, max_size=2)
     assert [len(p) for p in out] == [2, 2, 2]
-    with pytest.raises(ValueError, match=r"max_size=2 but field 'inputs' would give the targets \[3, 3\] samples"):
+    with pytest.raises(
+        ValueError, match=r"max_size=2 but field 'inputs' would give the targets \[3, 3\] samples"
+    ):
         scatter(torch.arange(6), ["cpu"] * 2, max_size=2)
-    with pytest.raises(ValueError, match=r"max_size=1 but field 'img' would give the targets \[2, 2, 1\]"):
+    with pytest.raises(
+        ValueError, match=r"max_size=1 but field 'img' would give the targets \[2, 2, 1\]"
+    ):
         scatter(_batch(5, 2), ["cpu"] * 3, max_size=1)
     assert len(scatter(_batch(5, 2), ["cpu"] * 3, max_size=2)) == 3
     with pytest.raises(ValueError, match=r"max_size must be a positive int"):
@@ -252,8 +280,12 @@ def test_max_size() -> None:
 
 
 def test_dtype_casts_floats_only() -> None:
-    inputs = {"f": torch.ones(4, dtype=torch.float32), "i": torch.arange(4), "b": torch.ones(4, dtype=torch.bool),
-              "gt": DataContainer([[torch.ones(2, 4, dtype=torch.float64)]])}
+    inputs = {
+        "f": torch.ones(4, dtype=torch.float32),
+        "i": torch.arange(4),
+        "b": torch.ones(4, dtype=torch.bool),
+        "gt": DataContainer([[torch.ones(2, 4, dtype=torch.float64)]]),
+    }
     for piece in scatter(inputs, ["cpu", "cpu"], dtype=torch.float16):
         assert piece["f"].dtype == torch.float16
         assert piece["i"].dtype == torch.int64 and piece["b"].dtype == torch.bool
@@ -272,7 +304,13 @@ def test_non_float_dtype_rejected(dtype: Any) -> None:
 
 def test_target_spellings_are_equivalent() -> None:
     t = torch.arange(4)
-    for targets in ([-1, -1], ["cpu", "cpu"], [torch.device("cpu")] * 2, ["cpu", -1], ("cpu", "cpu")):
+    for targets in (
+        [-1, -1],
+        ["cpu", "cpu"],
+        [torch.device("cpu")] * 2,
+        ["cpu", -1],
+        ("cpu", "cpu"),
+    ):
         out = scatter(t, targets)
         assert [p.tolist() for p in out] == [[0, 1], [2, 3]]
 
@@ -282,16 +320,19 @@ def test_no_targets() -> None:
         scatter(torch.zeros(2), [])
 
 
-@pytest.mark.parametrize("targets, exc, pattern", [
-    (["tpu"], ValueError, r"target_gpus\[0\]: unknown device 'tpu'"),
-    (["cpu", "banana"], ValueError, r"target_gpus\[1\]: unknown device 'banana'"),
-    ([-2], ValueError, r"target_gpus\[0\]: a device index is -1 \(CPU\) or >= 0, got -2"),
-    (["meta"], ValueError, r"target_gpus\[0\]: only CPU and CUDA targets"),
-    ([1.0], TypeError, r"target_gpus\[0\]: expected an int, str or torch.device, got float"),
-    ([True], TypeError, r"target_gpus\[0\]: expected an int, str or torch.device, got bool"),
-    (-1, TypeError, r"target_gpus: expected a list of targets"),
-    ("cpu", TypeError, r"target_gpus: expected a list of targets"),
-])
+@pytest.mark.parametrize(
+    "targets, exc, pattern",
+    [
+        (["tpu"], ValueError, r"target_gpus\[0\]: unknown device 'tpu'"),
+        (["cpu", "banana"], ValueError, r"target_gpus\[1\]: unknown device 'banana'"),
+        ([-2], ValueError, r"target_gpus\[0\]: a device index is -1 \(CPU\) or >= 0, got -2"),
+        (["meta"], ValueError, r"target_gpus\[0\]: only CPU and CUDA targets"),
+        ([1.0], TypeError, r"target_gpus\[0\]: expected an int, str or torch.device, got float"),
+        ([True], TypeError, r"target_gpus\[0\]: expected an int, str or torch.device, got bool"),
+        (-1, TypeError, r"target_gpus: expected a list of targets"),
+        ("cpu", TypeError, r"target_gpus: expected a list of targets"),
+    ],
+)
 def test_unknown_targets(targets: Any, exc: type, pattern: str) -> None:
     with pytest.raises(exc, match=pattern):
         scatter(torch.zeros(2), targets)
@@ -300,7 +341,9 @@ def test_unknown_targets(targets: Any, exc: type, pattern: str) -> None:
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on machines without CUDA")
 @pytest.mark.parametrize("target", [0, "cuda", "cuda:1", torch.device("cuda", 0)])
 def test_cuda_target_without_cuda(target: Any) -> None:
-    with pytest.raises(ValueError, match=r"target_gpus\[0\]: cuda.* requested but CUDA is not available"):
+    with pytest.raises(
+        ValueError, match=r"target_gpus\[0\]: cuda.* requested but CUDA is not available"
+    ):
         scatter(torch.zeros(2), [target])
 
 
@@ -309,8 +352,11 @@ def test_cuda_target_without_cuda(target: Any) -> None:
 
 def test_scatter_kwargs_joint_split_and_types() -> None:
     batch = _batch(5, 2)
-    inputs, kwargs = scatter_kwargs((batch["img"],), {"gt": batch["gt"], "meta": batch["meta"], "label": batch["label"],
-                                                     "mode": "train"}, ["cpu"] * 3)
+    inputs, kwargs = scatter_kwargs(
+        (batch["img"],),
+        {"gt": batch["gt"], "meta": batch["meta"], "label": batch["label"], "mode": "train"},
+        ["cpu"] * 3,
+    )
     assert type(inputs) is tuple and type(kwargs) is tuple
     assert len(inputs) == len(kwargs) == 3
     assert all(type(a) is tuple for a in inputs) and all(type(k) is dict for k in kwargs)

@@ -1,4 +1,5 @@
 """pad_stack / padded_shape / empty_shared: shapes, copied content, filled margins, shared memory."""
+
 from __future__ import annotations
 
 import itertools
@@ -19,7 +20,9 @@ def test_private_shared_storage_constructor_still_exists() -> None:
     )
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64, torch.uint8, torch.bool])
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float16, torch.int64, torch.uint8, torch.bool]
+)
 @pytest.mark.parametrize("shape", [(2, 3), (0, 5), (4,), (1, 2, 3)])
 def test_empty_shared(shape: tuple, dtype: torch.dtype) -> None:
     t = empty_shared(shape, dtype)
@@ -39,7 +42,9 @@ def test_padded_shape() -> None:
     assert padded_shape([(7,)], 1, size_divisor=8) == (8,)
 
 
-def _reference(tensors: list, pad_dims: int, values: list, size_divisor: int = None) -> torch.Tensor:
+def _reference(
+    tensors: list, pad_dims: int, values: list, size_divisor: int = None
+) -> torch.Tensor:
     """Pad with F.pad (right/bottom), an independent reference."""
     target = padded_shape([t.shape for t in tensors], pad_dims, size_divisor)
     padded = []
@@ -107,7 +112,12 @@ def test_not_in_shared_memory_outside_workers() -> None:
         ([], 2, ValueError, "nothing to stack"),
         ([torch.zeros(2), [1]], 1, TypeError, "needs tensors, sample 1 holds list"),
         ([torch.zeros(2, 2)], 3, ValueError, "pad_dims=3 needs tensors of at least 3 dimensions"),
-        ([torch.zeros(1, 2, 2), torch.zeros(2, 2, 2)], 2, ValueError, "dimensions before the last 2 must agree"),
+        (
+            [torch.zeros(1, 2, 2), torch.zeros(2, 2, 2)],
+            2,
+            ValueError,
+            "dimensions before the last 2 must agree",
+        ),
         ([torch.zeros(2, 2), torch.zeros(2, 2, 1)], 1, ValueError, "must agree"),
         ([torch.zeros(2), torch.zeros(2, dtype=torch.int64)], 1, ValueError, "dtypes must agree"),
     ],
@@ -151,4 +161,6 @@ def test_collate_of_a_large_batch_pads_like_a_small_one() -> None:
     assert out.numel() * out.element_size() >= HUGE_PAGE_MIN_BYTES
     assert bool((out[0] == 7).all())
     assert bool((out[1, :, : side - 5, : side - 3] == 9).all())
-    assert bool((out[1, :, side - 5 :, :] == 255).all()) and bool((out[1, :, :, side - 3 :] == 255).all())
+    assert bool((out[1, :, side - 5 :, :] == 255).all()) and bool(
+        (out[1, :, :, side - 3 :] == 255).all()
+    )

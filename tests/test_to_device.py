@@ -1,4 +1,5 @@
 """to_device: a batch collated for one device, unwrapped and moved."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -38,13 +39,17 @@ def test_unwraps_every_container(device: object) -> None:
 
 def test_uncollated_containers_and_plain_values() -> None:
     t = torch.ones(2)
-    out = to_device({"x": DataContainer(t), "m": DataContainer({"k": 1}, cpu_only=True), "n": 3}, "cpu")
+    out = to_device(
+        {"x": DataContainer(t), "m": DataContainer({"k": 1}, cpu_only=True), "n": 3}, "cpu"
+    )
     assert out == {"x": t, "m": {"k": 1}, "n": 3} and out["x"] is t
 
 
 def test_several_chunks_point_to_scatter() -> None:
     batch = collate(_samples(4), samples_per_gpu=2)
-    with pytest.raises(ValueError, match=r"field 'img' holds 2 chunks.*use scatter\(data, targets\)"):
+    with pytest.raises(
+        ValueError, match=r"field 'img' holds 2 chunks.*use scatter\(data, targets\)"
+    ):
         to_device(batch, "cpu")
 
 

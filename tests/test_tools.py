@@ -1,4 +1,5 @@
 """End-to-end tests of tools/train.py and tools/test.py, run as a user would: subprocesses."""
+
 from __future__ import annotations
 
 import json
@@ -21,16 +22,25 @@ CONFIG = str(ROOT / "configs" / "tiny_det" / "tiny_det_synthetic.py")
 TIMEOUT = 180
 # Tiny runs: 24 training images in batches of 8 (about 3-4 iterations per epoch), 8 val and 8 test images.
 TINY = [
-    "runner.max_epochs=2", "data.train.num_samples=24", "data.val.num_samples=8", "data.test.num_samples=8",
-    "data.samples_per_gpu=8", "data.test_samples_per_gpu=1", "log_config.interval=1",
+    "runner.max_epochs=2",
+    "data.train.num_samples=24",
+    "data.val.num_samples=8",
+    "data.test.num_samples=8",
+    "data.samples_per_gpu=8",
+    "data.test_samples_per_gpu=1",
+    "log_config.interval=1",
 ]
 
 
-def run_tool(args: List[str], check: bool = True, env: Optional[dict] = None) -> subprocess.CompletedProcess:
+def run_tool(
+    args: List[str], check: bool = True, env: Optional[dict] = None
+) -> subprocess.CompletedProcess:
     full_env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", **(env or {}))
     proc = run_launcher([sys.executable, *args], timeout=TIMEOUT, cwd=ROOT, env=full_env)
     if check and proc.returncode != 0:
-        raise AssertionError(f"{args} exited {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}")
+        raise AssertionError(
+            f"{args} exited {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
+        )
     return proc
 
 
@@ -41,9 +51,24 @@ BITWISE = ["--deterministic"] if torch.cuda.is_available() else []
 GLOO = [] if torch.cuda.device_count() >= 2 else ["dist_params.backend='gloo'"]
 
 
-def train(work_dir: Path, *extra: str, options: List[str] = TINY, check: bool = True) -> subprocess.CompletedProcess:
-    return run_tool(["tools/train.py", CONFIG, "--work-dir", str(work_dir), "--seed", "3", *BITWISE, *extra,
-                     "--cfg-options", *options], check=check)
+def train(
+    work_dir: Path, *extra: str, options: List[str] = TINY, check: bool = True
+) -> subprocess.CompletedProcess:
+    return run_tool(
+        [
+            "tools/train.py",
+            CONFIG,
+            "--work-dir",
+            str(work_dir),
+            "--seed",
+            "3",
+            *BITWISE,
+            *extra,
+            "--cfg-options",
+            *options,
+        ],
+        check=check,
+    )
 
 
 def json_records(work_dir: Path) -> List[dict]:
@@ -64,11 +89,18 @@ def test_train_writes_logs_and_checkpoints(trained: Path) -> None:
     assert (trained / "latest.pth").resolve() == (trained / "epoch_2.pth").resolve()
     (text_log,) = trained.glob("*[0-9].log")
     text = text_log.read_text()
-    assert "Epoch [1][1/" in text and "loss_heatmap: " in text and "eta: " in text and "data_time: " in text
+    assert (
+        "Epoch [1][1/" in text
+        and "loss_heatmap: " in text
+        and "eta: " in text
+        and "data_time: " in text
+    )
     assert "mAP@0.5 before training: " in text
     records = json_records(trained)
     train_records = [r for r in records if r["mode"] == "train"]
-    assert train_records and all(isinstance(r["loss"], float) and r["loss"] > 0 for r in train_records)
+    assert train_records and all(
+        isinstance(r["loss"], float) and r["loss"] > 0 for r in train_records
+    )
     assert [r["iter"] for r in train_records] == list(range(1, len(train_records) + 1))
     assert sum(r["mode"] == "val" for r in records) == 2  # before and after training
 
@@ -108,8 +140,18 @@ def test_auto_resume_continues_from_latest(trained: Path, tmp_path: Path) -> Non
 
 def test_test_tool_prints_and_saves_map(trained: Path, tmp_path: Path) -> None:
     out = tmp_path / "results.pkl"
-    proc = run_tool(["tools/test.py", CONFIG, str(trained / "latest.pth"), "--out", str(out), "--eval",
-                     "--cfg-options", *TINY])
+    proc = run_tool(
+        [
+            "tools/test.py",
+            CONFIG,
+            str(trained / "latest.pth"),
+            "--out",
+            str(out),
+            "--eval",
+            "--cfg-options",
+            *TINY,
+        ]
+    )
     assert "mAP@0.5: " in proc.stdout
     with open(out, "rb") as f:
         results = pickle.load(f)
@@ -134,8 +176,9 @@ def test_cfg_options_override_and_syncbn_is_converted(tmp_path: Path) -> None:
     # Every logged lr is the schedule of the overridden base lr (0.003 would give 3x these).
     from mmpar.runner.lr_schedule import check_lr_config, scheduled_lr
 
-    schedule = check_lr_config(dict(policy="step", step=[7], gamma=0.1, warmup="linear", warmup_iters=16,
-                                    warmup_ratio=0.1))
+    schedule = check_lr_config(
+        dict(policy="step", step=[7], gamma=0.1, warmup="linear", warmup_iters=16, warmup_ratio=0.1)
+    )
     records = [r for r in json_records(tmp_path) if r.get("mode") == "train"]
     assert records
     for r in records:
@@ -156,10 +199,14 @@ def test_auto_scale_lr(tmp_path: Path) -> None:
         ("a = 1\nb = 2\nc = undefined_name + 1\n", 3, "NameError"),
     ],
 )
-def test_broken_config_fails_clearly(tmp_path: Path, body: str, line: Optional[int], what: str) -> None:
+def test_broken_config_fails_clearly(
+    tmp_path: Path, body: str, line: Optional[int], what: str
+) -> None:
     config = tmp_path / "broken.py"
     config.write_text(body)
-    proc = run_tool(["tools/train.py", str(config), "--work-dir", str(tmp_path / "wd")], check=False)
+    proc = run_tool(
+        ["tools/train.py", str(config), "--work-dir", str(tmp_path / "wd")], check=False
+    )
     assert proc.returncode != 0
     assert str(config) in proc.stderr and "line " in proc.stderr
     if line is not None:
@@ -183,8 +230,21 @@ def test_corrupt_resume_checkpoint_fails_clearly(tmp_path: Path) -> None:
 def test_torchrun_two_gloo_processes_train_and_test(trained: Path, tmp_path: Path) -> None:
     torchrun = ["-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}"]
     options = TINY + ["runner.max_epochs=1", "data.samples_per_gpu=4"] + GLOO
-    proc = run_tool([*torchrun, "tools/train.py", CONFIG, "--work-dir", str(tmp_path / "dist"), "--seed", "3",
-                     "--launcher", "pytorch", "--cfg-options", *options])
+    proc = run_tool(
+        [
+            *torchrun,
+            "tools/train.py",
+            CONFIG,
+            "--work-dir",
+            str(tmp_path / "dist"),
+            "--seed",
+            "3",
+            "--launcher",
+            "pytorch",
+            "--cfg-options",
+            *options,
+        ]
+    )
     assert "2 process(es), launcher pytorch" in proc.stdout
     if GLOO and torch.cuda.is_available():
         assert "training on the CPU although CUDA is available: the gloo backend" in proc.stdout
@@ -192,11 +252,35 @@ def test_torchrun_two_gloo_processes_train_and_test(trained: Path, tmp_path: Pat
     assert checkpoint["meta"]["world_size"] == 2 and checkpoint["meta"]["epoch"] == 1
     # Distributed testing: every image once, in dataset order: the same detections as one process.
     torchrun[-1] = f"--master_port={free_port()}"
-    run_tool([*torchrun, "tools/test.py", CONFIG, str(trained / "latest.pth"), "--launcher", "pytorch",
-              "--out", str(tmp_path / "dist.json"), "--eval", "--cfg-options", *TINY, *GLOO])
+    run_tool(
+        [
+            *torchrun,
+            "tools/test.py",
+            CONFIG,
+            str(trained / "latest.pth"),
+            "--launcher",
+            "pytorch",
+            "--out",
+            str(tmp_path / "dist.json"),
+            "--eval",
+            "--cfg-options",
+            *TINY,
+            *GLOO,
+        ]
+    )
     # Where the processes ran on the CPU (gloo), so does the reference: the same arithmetic.
-    run_tool(["tools/test.py", CONFIG, str(trained / "latest.pth"), "--out", str(tmp_path / "single.json"),
-              "--cfg-options", *TINY], env={"CUDA_VISIBLE_DEVICES": ""} if GLOO else None)
+    run_tool(
+        [
+            "tools/test.py",
+            CONFIG,
+            str(trained / "latest.pth"),
+            "--out",
+            str(tmp_path / "single.json"),
+            "--cfg-options",
+            *TINY,
+        ],
+        env={"CUDA_VISIBLE_DEVICES": ""} if GLOO else None,
+    )
     dist_results = json.loads((tmp_path / "dist.json").read_text())
     single_results = json.loads((tmp_path / "single.json").read_text())
     assert len(dist_results) == len(single_results) == 8
@@ -213,9 +297,28 @@ def test_torchrun_resume_restores_every_ranks_random_streams(tmp_path: Path) -> 
     options = TINY + ["data.samples_per_gpu=4", "data.workers_per_gpu=0"] + GLOO
 
     def torchrun_train(work_dir: Path, *extra: str, epochs: int = 2) -> None:
-        run_tool(["-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
-                  "tools/train.py", CONFIG, "--work-dir", str(work_dir), "--seed", "5", "--no-validate",
-                  "--launcher", "pytorch", *BITWISE, *extra, "--cfg-options", *options, f"runner.max_epochs={epochs}"])
+        run_tool(
+            [
+                "-m",
+                "torch.distributed.run",
+                "--nproc_per_node=2",
+                f"--master_port={free_port()}",
+                "tools/train.py",
+                CONFIG,
+                "--work-dir",
+                str(work_dir),
+                "--seed",
+                "5",
+                "--no-validate",
+                "--launcher",
+                "pytorch",
+                *BITWISE,
+                *extra,
+                "--cfg-options",
+                *options,
+                f"runner.max_epochs={epochs}",
+            ]
+        )
 
     torchrun_train(tmp_path / "whole")
     torchrun_train(tmp_path / "split", epochs=1)
@@ -233,12 +336,29 @@ def test_torchrun_resume_restores_every_ranks_random_streams(tmp_path: Path) -> 
 @pytest.mark.cuda
 @pytest.mark.skipif(torch.cuda.device_count() != 1, reason="needs a machine with exactly one GPU")
 def test_torchrun_two_nccl_processes_on_one_gpu_stop_with_a_clear_error(tmp_path: Path) -> None:
-    proc = run_tool(["-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
-                     "tools/train.py", CONFIG, "--work-dir", str(tmp_path), "--launcher", "pytorch",
-                     "--cfg-options", *TINY], check=False)
+    proc = run_tool(
+        [
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node=2",
+            f"--master_port={free_port()}",
+            "tools/train.py",
+            CONFIG,
+            "--work-dir",
+            str(tmp_path),
+            "--launcher",
+            "pytorch",
+            "--cfg-options",
+            *TINY,
+        ],
+        check=False,
+    )
     assert proc.returncode != 0
     assert "2 processes on this node but 1 visible GPU(s)" in proc.stderr, proc.stderr[-3000:]
-    assert "dist_params.backend=gloo" in proc.stderr and "Duplicate GPU" not in proc.stderr + proc.stdout
+    assert (
+        "dist_params.backend=gloo" in proc.stderr
+        and "Duplicate GPU" not in proc.stderr + proc.stdout
+    )
 
 
 @pytest.mark.slow
@@ -246,15 +366,32 @@ def test_torchrun_two_nccl_processes_on_one_gpu_stop_with_a_clear_error(tmp_path
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_torchrun_one_nccl_process_trains_on_the_gpu(tmp_path: Path) -> None:
     options = TINY + ["runner.max_epochs=1", "dist_params.backend='nccl'"]
-    proc = run_tool(["-m", "torch.distributed.run", "--nproc_per_node=1", f"--master_port={free_port()}",
-                     "tools/train.py", CONFIG, "--work-dir", str(tmp_path), "--seed", "3", "--launcher", "pytorch",
-                     "--cfg-options", *options])
+    proc = run_tool(
+        [
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node=1",
+            f"--master_port={free_port()}",
+            "tools/train.py",
+            CONFIG,
+            "--work-dir",
+            str(tmp_path),
+            "--seed",
+            "3",
+            "--launcher",
+            "pytorch",
+            "--cfg-options",
+            *options,
+        ]
+    )
     assert "training on cuda:0" in proc.stdout
     assert torch.load(tmp_path / "latest.pth", weights_only=True)["meta"]["world_size"] == 1
 
 
 def test_lr_schedule_step_warmup_and_cosine() -> None:
-    cfg = check_lr_config(dict(policy="step", step=[2], gamma=0.1, warmup="linear", warmup_iters=10, warmup_ratio=0.1))
+    cfg = check_lr_config(
+        dict(policy="step", step=[2], gamma=0.1, warmup="linear", warmup_iters=10, warmup_ratio=0.1)
+    )
     assert scheduled_lr(1.0, cfg, epoch=0, iteration=0, max_iters=100) == pytest.approx(0.1)
     assert scheduled_lr(1.0, cfg, epoch=0, iteration=5, max_iters=100) == pytest.approx(0.55)
     assert scheduled_lr(1.0, cfg, epoch=1, iteration=20, max_iters=100) == pytest.approx(1.0)
@@ -278,14 +415,18 @@ def test_scale_lr_needs_base_batch_size() -> None:
 def test_train_benchmark_section_quick() -> None:
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("mmpar_bench_train", ROOT / "tools" / "bench" / "train.py")
+    spec = importlib.util.spec_from_file_location(
+        "mmpar_bench_train", ROOT / "tools" / "bench" / "train.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     section = module.run(quick=True)
     assert section.startswith("## Training loop")
     assert "| 1 process (MMDataParallel, CPU) |" in section
     assert "| 2 gloo processes (MMDistributedDataParallel, torchrun) |" in section
-    assert "- target: 2 gloo processes" in section and ("met (" in section or "not met (" in section)
+    assert "- target: 2 gloo processes" in section and (
+        "met (" in section or "not met (" in section
+    )
 
 
 def test_log_interval_below_one_is_a_clear_error(tmp_path: Path) -> None:

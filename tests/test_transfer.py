@@ -1,4 +1,5 @@
 """transfer: pack/unpack, to_device_batched on the CPU, pin_memory's structure handling."""
+
 from __future__ import annotations
 
 from collections import OrderedDict, namedtuple
@@ -81,21 +82,36 @@ def test_to_device_batched_on_cpu() -> None:
 
 def test_pin_memory_structure_without_pinning() -> None:
     meta = DataContainer([[{"k": np.zeros(2)}]], cpu_only=True)
-    data = OrderedDict([("meta", meta), ("s", "x"), ("n", 3), ("none", None), ("pair", Pair("a", ("b", 1))), ("l", ["c", 2.0])])
+    data = OrderedDict(
+        [
+            ("meta", meta),
+            ("s", "x"),
+            ("n", 3),
+            ("none", None),
+            ("pair", Pair("a", ("b", 1))),
+            ("l", ["c", 2.0]),
+        ]
+    )
     out = pin_memory(data)
     assert type(out) is OrderedDict and list(out) == list(data)
     assert out["meta"] is meta  # cpu_only containers are left alone
     assert out["s"] == "x" and out["n"] == 3 and out["none"] is None
     assert type(out["pair"]) is Pair and out["pair"] == Pair("a", ("b", 1))
     assert type(out["pair"].b) is tuple and out["l"] == ["c", 2.0]
-    assert pin_memory(DataContainer) is DataContainer  # a class with a pin_memory method is not called
+    assert (
+        pin_memory(DataContainer) is DataContainer
+    )  # a class with a pin_memory method is not called
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="pinning needs CUDA")
 def test_pin_memory_pins_every_tensor() -> None:
     meta = DataContainer([[{"k": torch.zeros(2)}]], cpu_only=True)
-    data = {"img": DataContainer([torch.zeros(2, 3)], stack=True), "gt": DataContainer([[torch.zeros(1, 4)]]),
-            "meta": meta, "t": (torch.ones(2), [torch.ones(1)])}
+    data = {
+        "img": DataContainer([torch.zeros(2, 3)], stack=True),
+        "gt": DataContainer([[torch.zeros(1, 4)]]),
+        "meta": meta,
+        "t": (torch.ones(2), [torch.ones(1)]),
+    }
     out = pin_memory(data)
     assert out["img"].data[0].is_pinned() and out["gt"].data[0][0].is_pinned()
     assert out["t"][0].is_pinned() and out["t"][1][0].is_pinned() and type(out["t"]) is tuple

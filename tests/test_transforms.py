@@ -1,4 +1,5 @@
 """Tests of the pipeline steps in mmpar.data.transforms."""
+
 from __future__ import annotations
 
 import random
@@ -10,7 +11,6 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from mmpar.data.registry import TRANSFORMS
 from mmpar.data.transforms import (
     Collect,
     Compose,
@@ -25,6 +25,7 @@ from mmpar.data.transforms import (
 )
 from mmpar.data.transforms.geometric import rescale_size
 from mmpar.data_container import DataContainer
+from mmpar.registry import TRANSFORMS
 
 
 def box_image(h: int, w: int, box, value: int = 200) -> np.ndarray:
@@ -45,7 +46,9 @@ def make_results(img: np.ndarray, boxes=None, labels=None, seg=None) -> dict:
     ann = {}
     if boxes is not None:
         ann["bboxes"] = np.asarray(boxes, dtype=np.float32).reshape(-1, 4)
-        ann["labels"] = np.asarray(labels if labels is not None else [0] * len(ann["bboxes"]), dtype=np.int64)
+        ann["labels"] = np.asarray(
+            labels if labels is not None else [0] * len(ann["bboxes"]), dtype=np.int64
+        )
     if seg is not None:
         ann["seg"] = seg
     results["ann_info"] = ann
@@ -112,7 +115,9 @@ def test_load_image_without_pillow(png, monkeypatch):
 
 
 def test_load_image_from_array():
-    out = LoadImageFromArray()(dict(img=np.zeros((5, 6), np.uint8), img_info=dict(filename="s.png")))
+    out = LoadImageFromArray()(
+        dict(img=np.zeros((5, 6), np.uint8), img_info=dict(filename="s.png"))
+    )
     assert out["img"].shape == (5, 6, 1) and out["img_shape"] == (5, 6, 1)
     assert out["ori_filename"] == "s.png" and out["filename"] == "s.png"
     with pytest.raises(KeyError, match="'img'"):
@@ -124,12 +129,19 @@ def test_load_image_from_array():
 
 
 def test_load_annotations():
-    ann = dict(bboxes=[[1, 2, 3, 4]], labels=[5], bboxes_ignore=np.zeros((0, 4)), seg=np.ones((4, 4), np.uint8))
+    ann = dict(
+        bboxes=[[1, 2, 3, 4]],
+        labels=[5],
+        bboxes_ignore=np.zeros((0, 4)),
+        seg=np.ones((4, 4), np.uint8),
+    )
     out = LoadAnnotations(with_seg=True)(dict(ann_info=ann))
     assert out["gt_bboxes"].dtype == np.float32 and out["gt_bboxes"].shape == (1, 4)
     assert out["gt_labels"].dtype == np.int64 and out["gt_labels"].tolist() == [5]
     assert out["gt_bboxes_ignore"].shape == (0, 4)
-    assert out["bbox_fields"] == ["gt_bboxes", "gt_bboxes_ignore"] and out["seg_fields"] == ["gt_semantic_seg"]
+    assert out["bbox_fields"] == ["gt_bboxes", "gt_bboxes_ignore"] and out["seg_fields"] == [
+        "gt_semantic_seg"
+    ]
     empty = LoadAnnotations()(dict(ann_info=dict(bboxes=np.zeros((0, 4)), labels=[])))
     assert empty["gt_bboxes"].shape == (0, 4) and empty["gt_labels"].shape == (0,)
     assert empty["gt_labels"].dtype == np.int64
@@ -191,7 +203,9 @@ def test_rescale_size_fits_scale(w, h, a, b):
     assert long_side >= max(a, b) - 1 or short_side >= min(a, b) - 1
     # The aspect ratio is kept up to rounding (a side clamped to 1 pixel is not rounding).
     assume(min(w, h) * min(max(a, b) / max(w, h), min(a, b) / min(w, h)) >= 1)
-    assert abs(new_w / max(new_h, 1) - w / h) <= (w / h) * (1.5 / min(new_w, new_h) + 1.5 / max(new_h, 1))
+    assert abs(new_w / max(new_h, 1) - w / h) <= (w / h) * (
+        1.5 / min(new_w, new_h) + 1.5 / max(new_h, 1)
+    )
 
 
 def test_resize_boxes_follow_content():
@@ -205,7 +219,9 @@ def test_resize_boxes_follow_content():
 
 def test_resize_exact_size_and_clip():
     img = np.zeros((40, 60, 3), np.uint8)
-    res = Resize((30, 50), keep_ratio=False)(make_results(img, boxes=[[0, 0, 60, 40], [50, 30, 70, 50]]))
+    res = Resize((30, 50), keep_ratio=False)(
+        make_results(img, boxes=[[0, 0, 60, 40], [50, 30, 70, 50]])
+    )
     assert res["img"].shape == (50, 30, 3)
     np.testing.assert_allclose(res["scale_factor"], [0.5, 1.25, 0.5, 1.25])
     np.testing.assert_allclose(res["gt_bboxes"], [[0, 0, 30, 50], [25, 37.5, 30, 50]])
@@ -263,7 +279,9 @@ def test_flip_boxes_follow_content(direction):
 
 
 @settings(max_examples=30, deadline=None)
-@given(st.integers(1, 30), st.integers(1, 30), st.sampled_from(["horizontal", "vertical", "diagonal"]))
+@given(
+    st.integers(1, 30), st.integers(1, 30), st.sampled_from(["horizontal", "vertical", "diagonal"])
+)
 def test_flip_twice_is_identity(h, w, direction):
     rng = np.random.default_rng(h * 31 + w)
     img = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
@@ -325,7 +343,9 @@ def test_normalize_bgr_to_rgb():
     out = Normalize([0, 0, 0], [1, 1, 1], to_rgb=True)(res)
     np.testing.assert_array_equal(out["img"], img[..., ::-1].astype(np.float32))
     assert out["channel_order"] == "rgb"
-    kept = Normalize([0, 0, 0], [1, 1, 1], to_rgb=False)(dict(make_results(img), channel_order="bgr"))
+    kept = Normalize([0, 0, 0], [1, 1, 1], to_rgb=False)(
+        dict(make_results(img), channel_order="bgr")
+    )
     np.testing.assert_array_equal(kept["img"], img.astype(np.float32))
 
 
@@ -347,8 +367,14 @@ def test_pad_size_divisor():
     res = Pad(size_divisor=32, pad_val=3)(make_results(img, boxes=[[1, 2, 3, 4]], seg=seg))
     assert res["img"].shape == (64, 96, 3) and res["pad_shape"] == (64, 96, 3)
     assert res["img_shape"] == (50, 70, 3)
-    assert (res["img"][:50, :70] == 9).all() and (res["img"][50:] == 3).all() and (res["img"][:, 70:] == 3).all()
-    assert (res["gt_semantic_seg"][50:] == 255).all() and (res["gt_semantic_seg"][:50, :70] == 1).all()
+    assert (
+        (res["img"][:50, :70] == 9).all()
+        and (res["img"][50:] == 3).all()
+        and (res["img"][:, 70:] == 3).all()
+    )
+    assert (res["gt_semantic_seg"][50:] == 255).all() and (
+        res["gt_semantic_seg"][:50, :70] == 1
+    ).all()
     assert res["pad_size_divisor"] == 32 and res["pad_fixed_size"] is None
     np.testing.assert_array_equal(res["gt_bboxes"], [[1, 2, 3, 4]])
     assert res["img"].dtype == np.uint8
@@ -384,7 +410,12 @@ def test_default_format_bundle_containers():
     assert labels.data.shape == (0,) and labels.data.dtype == torch.int64
     assert not boxes.stack and not boxes.cpu_only and not labels.stack and not labels.cpu_only
     seg = out["gt_semantic_seg"]
-    assert seg.stack and seg.padding_value == 254 and seg.size_divisor == 32 and seg.data.shape == (1, 6, 7)
+    assert (
+        seg.stack
+        and seg.padding_value == 254
+        and seg.size_divisor == 32
+        and seg.data.shape == (1, 6, 7)
+    )
     # Meta keys that no step set get identity values.
     assert out["pad_shape"] == (6, 7, 3) and out["flip"] is False and out["flip_direction"] is None
     np.testing.assert_array_equal(out["scale_factor"], np.ones(4))
@@ -408,7 +439,11 @@ def test_collect():
     out = Collect(["img", "gt_bboxes"])(res)
     assert list(out) == ["img_metas", "img", "gt_bboxes"]
     metas = out["img_metas"]
-    assert metas.cpu_only and metas.data["img_shape"] == (4, 4, 3) and metas.data["ori_filename"] == "x.png"
+    assert (
+        metas.cpu_only
+        and metas.data["img_shape"] == (4, 4, 3)
+        and metas.data["ori_filename"] == "x.png"
+    )
     with pytest.raises(KeyError, match="gt_masks"):
         Collect(["img", "gt_masks"])(res)
     with pytest.raises(KeyError, match="custom_meta"):
@@ -456,8 +491,16 @@ def test_compose_none_drops_and_errors():
 
 def test_registry_has_every_step():
     for name in [
-        "Compose", "LoadImageFromFile", "LoadImageFromArray", "LoadAnnotations", "Resize",
-        "RandomFlip", "Normalize", "Pad", "DefaultFormatBundle", "Collect",
+        "Compose",
+        "LoadImageFromFile",
+        "LoadImageFromArray",
+        "LoadAnnotations",
+        "Resize",
+        "RandomFlip",
+        "Normalize",
+        "Pad",
+        "DefaultFormatBundle",
+        "Collect",
     ]:
         assert name in TRANSFORMS
     assert isinstance(TRANSFORMS.build(dict(type="Pad", size_divisor=4)), Pad)

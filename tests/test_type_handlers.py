@@ -1,4 +1,5 @@
 """register_type: a user type through collate, scatter, to_device, gather and pin_memory."""
+
 from __future__ import annotations
 
 from typing import Iterator, List, Sequence
@@ -6,7 +7,16 @@ from typing import Iterator, List, Sequence
 import pytest
 import torch
 
-from mmpar import DataContainer, collate, gather, pin_memory, register_type, scatter, to_device, unregister_type
+from mmpar import (
+    DataContainer,
+    collate,
+    gather,
+    pin_memory,
+    register_type,
+    scatter,
+    to_device,
+    unregister_type,
+)
 from mmpar.transfer import pin_tensor
 from mmpar.type_handlers import TypeHandler, get_handler
 
@@ -120,8 +130,14 @@ def test_pin_memory_uses_the_hook() -> None:
         seen.append(b)
         return BoxList(b.boxes[::-1])
 
-    register_type(BoxList, collate=BoxList.cat, split=BoxList.split, to=BoxList.to,
-                  gather=lambda ps, d: BoxList.cat(ps), pin_memory=pin)
+    register_type(
+        BoxList,
+        collate=BoxList.cat,
+        split=BoxList.split,
+        to=BoxList.to,
+        gather=lambda ps, d: BoxList.cat(ps),
+        pin_memory=pin,
+    )
     try:
         b = BoxList([torch.zeros(1, 4), torch.ones(1, 4)])
         out = pin_memory({"b": b, "meta": ("x", 1)})
@@ -131,7 +147,13 @@ def test_pin_memory_uses_the_hook() -> None:
 
 
 def test_pin_memory_defaults_to_no_pinning() -> None:
-    register_type(BoxList, collate=BoxList.cat, split=BoxList.split, to=BoxList.to, gather=lambda ps, d: BoxList.cat(ps))
+    register_type(
+        BoxList,
+        collate=BoxList.cat,
+        split=BoxList.split,
+        to=BoxList.to,
+        gather=lambda ps, d: BoxList.cat(ps),
+    )
     try:
         b = BoxList([torch.zeros(1, 4)])
         assert pin_memory(b) is b
@@ -147,7 +169,13 @@ def test_pinned_for_real(boxlist_registered: TypeHandler) -> None:
 
 
 def test_unregister() -> None:
-    register_type(BoxList, collate=BoxList.cat, split=BoxList.split, to=BoxList.to, gather=lambda ps, d: BoxList.cat(ps))
+    register_type(
+        BoxList,
+        collate=BoxList.cat,
+        split=BoxList.split,
+        to=BoxList.to,
+        gather=lambda ps, d: BoxList.cat(ps),
+    )
     unregister_type(BoxList)
     assert get_handler(BoxList([])) is None
     unregister_type(BoxList)  # a no-op the second time
@@ -168,7 +196,12 @@ def test_unregister() -> None:
     ],
 )
 def test_register_errors(cls: object, hooks: dict, exc: type, pattern: str) -> None:
-    kwargs = dict(collate=BoxList.cat, split=BoxList.split, to=BoxList.to, gather=lambda ps, d: BoxList.cat(ps))
+    kwargs = dict(
+        collate=BoxList.cat,
+        split=BoxList.split,
+        to=BoxList.to,
+        gather=lambda ps, d: BoxList.cat(ps),
+    )
     kwargs.update(hooks)
     with pytest.raises(exc, match=pattern):
         register_type(cls, **kwargs)

@@ -1,9 +1,10 @@
 """Input that is not trusted is data, never code.
 
 ``--cfg-options`` values are read with ``ast.literal_eval`` or kept as strings
-(``mmpar.config_action``); JSON configs are parsed as JSON. Every payload below
+(``mmpar.config.dict_action``); JSON configs are parsed as JSON. Every payload below
 would create a marker file if anything evaluated it; no test may see the file.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,8 +17,7 @@ from typing import Any, List
 
 import pytest
 
-from mmpar.config import Config
-from mmpar.config_action import DictAction, parse_option_value
+from mmpar.config import Config, DictAction, parse_option_value
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "tiny_det" / "tiny_det_synthetic.py"
@@ -29,8 +29,8 @@ def payloads(marker: Path) -> List[str]:
     touch = f"__import__('os').system('touch {marker}')"
     return [
         touch,
-        f"eval(\"{touch}\")",
-        f"exec(\"{touch}\")",
+        f'eval("{touch}")',
+        f'exec("{touch}")',
         f"lambda: {touch}",
         "f'{" + touch.replace("'", '"') + "}'",
         f"[{touch}, 1]",
@@ -97,8 +97,19 @@ def test_json_config_is_data_only(tmp_path: Path) -> None:
 
 
 def _train(work_dir: Path, config: Path, options: List[str]) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "tools/train.py", str(config), "--work-dir", str(work_dir), "--seed", "0",
-           "--no-validate", "--cfg-options", *TINY, *options]
+    cmd = [
+        sys.executable,
+        "tools/train.py",
+        str(config),
+        "--work-dir",
+        str(work_dir),
+        "--seed",
+        "0",
+        "--no-validate",
+        "--cfg-options",
+        *TINY,
+        *options,
+    ]
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
 
@@ -124,8 +135,15 @@ def test_train_cfg_options_payloads_are_not_executed(tmp_path: Path) -> None:
 def test_train_with_a_json_config_does_not_execute_its_strings(tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
     config = tmp_path / "evil.json"
-    config.write_text(json.dumps({"_base_": str(CONFIG), "payload": payloads(marker)[0],
-                                  "work_note": payloads(marker)[4]}))
+    config.write_text(
+        json.dumps(
+            {
+                "_base_": str(CONFIG),
+                "payload": payloads(marker)[0],
+                "work_note": payloads(marker)[4],
+            }
+        )
+    )
     proc = _train(tmp_path / "work", config, [])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not marker.exists()

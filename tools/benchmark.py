@@ -15,6 +15,7 @@ Usage::
 Sections live in ``tools/bench/<name>.py`` and each defines ``run(quick) -> str``
 returning a Markdown section (the figures in ``docs/benchmarks.md`` are its output).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,19 +44,28 @@ def load(name: str) -> ModuleType:
 
 
 def main(argv: list = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("sections", nargs="*", help=f"sections to run (default: all of {sections()})")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "sections", nargs="*", help=f"sections to run (default: all of {sections()})"
+    )
     parser.add_argument("--quick", action="store_true", help="few repeats and small sizes")
     parser.add_argument("--config", help="a training config: runs the 'train' section on it")
-    parser.add_argument("--baseline", metavar="REV",
-                        help="a git revision to measure side by side with this tree (sections that support it)")
+    parser.add_argument(
+        "--baseline",
+        metavar="REV",
+        help="a git revision to measure side by side with this tree (sections that support it)",
+    )
     args = parser.parse_args(argv)
     chosen = args.sections or (["train"] if args.config else sections())
     unknown = [s for s in chosen if s not in sections()]
     if unknown:
         parser.error(f"unknown section(s) {unknown}; available: {sections()}")
-    print(f"<!-- torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}, "
-          f"command: python tools/benchmark.py {' '.join(sys.argv[1:])} -->\n")
+    print(
+        f"<!-- torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}, "
+        f"command: python tools/benchmark.py {' '.join(sys.argv[1:])} -->\n"
+    )
     for name in chosen:
         run = load(name).run
         params = inspect.signature(run).parameters

@@ -9,6 +9,7 @@ Each key of each log becomes one line over the training iterations (``mode: trai
 records; ``mAP`` plots the ``mode: val`` records). Needs matplotlib:
 ``pip install mmpar[plot]``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,7 +52,9 @@ def _pyplot():
     try:
         import matplotlib
     except ImportError:
-        raise SystemExit("error: plot_log.py needs matplotlib; install it with: pip install mmpar[plot]") from None
+        raise SystemExit(
+            "error: plot_log.py needs matplotlib; install it with: pip install mmpar[plot]"
+        ) from None
     matplotlib.use("Agg")  # files only, no display needed
     import matplotlib.pyplot as plt
 
@@ -78,10 +81,19 @@ def plot(logs: Sequence[Path], keys: Sequence[str], out: Path, title: str = "") 
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("logs", nargs="+", type=Path, help="JSON log file(s) (<timestamp>.log.json)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "logs", nargs="+", type=Path, help="JSON log file(s) (<timestamp>.log.json)"
+    )
     parser.add_argument("--keys", nargs="+", default=["loss"], help="what to plot (default: loss)")
-    parser.add_argument("--out", type=Path, default=Path("curve.png"), help="image file to write (default: curve.png)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("curve.png"),
+        help="image file to write (default: curve.png)",
+    )
     parser.add_argument("--title", default="", help="figure title")
     args = parser.parse_args(argv)
     missing = [str(p) for p in args.logs if not p.is_file()]

@@ -11,6 +11,7 @@ Results are collected from every process in dataset order, each image once. The
 metrics are printed and written as JSON: next to ``--out`` (``<out>.metrics.json``)
 or, without ``--out``, to ``<work dir>/eval_<timestamp>.json``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,13 +28,20 @@ except ImportError:  # a source checkout that is not pip-installed
 
 import numpy as np
 
-from mmpar.data.builder import build_dataloader
-from mmpar.dist_utils import destroy_dist, get_dist_info
-from mmpar.models.builder import build_dataset, build_model
+from mmpar.data import build_dataloader, build_dataset
+from mmpar.dist import destroy_dist, get_dist_info
+from mmpar.models import build_model
 from mmpar.runner.checkpoint import load_checkpoint
-from mmpar.runner.cli import (add_cfg_options, add_launcher_args, check_choices, fail, load_config,
-                              resolve_work_dir, start_launcher)
-from mmpar.runner.inference import class_rows, evaluate_map, eval_samples_per_gpu, run_inference
+from mmpar.runner.cli import (
+    add_cfg_options,
+    add_launcher_args,
+    check_choices,
+    fail,
+    load_config,
+    resolve_work_dir,
+    start_launcher,
+)
+from mmpar.runner.inference import class_rows, eval_samples_per_gpu, evaluate_map, run_inference
 from mmpar.runner.launch import run_device, wrap_model
 
 METRICS = ("mAP",)
@@ -41,20 +49,34 @@ OUT_FORMATS = (".pkl", ".json")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("config", help="config file (.py or .json)")
     parser.add_argument("checkpoint", help="checkpoint file (e.g. work_dirs/NAME/latest.pth)")
-    parser.add_argument("--work-dir", help="where the metrics JSON goes without --out (default: work_dirs/<config name>)")
-    parser.add_argument("--out", help="write the per-image detections here (.pkl: pickle, .json: nested lists)")
-    parser.add_argument("--eval", nargs="*", default=None, metavar="METRIC",
-                        help=f"evaluate; metrics among {list(METRICS)} (default: mAP)")
+    parser.add_argument(
+        "--work-dir",
+        help="where the metrics JSON goes without --out (default: work_dirs/<config name>)",
+    )
+    parser.add_argument(
+        "--out", help="write the per-image detections here (.pkl: pickle, .json: nested lists)"
+    )
+    parser.add_argument(
+        "--eval",
+        nargs="*",
+        default=None,
+        metavar="METRIC",
+        help=f"evaluate; metrics among {list(METRICS)} (default: mAP)",
+    )
     add_cfg_options(parser)
     add_launcher_args(parser)
     args = parser.parse_args(argv)
     if args.out is None and args.eval is None:
         parser.error("give at least one of --out FILE and --eval")
     if args.out is not None and Path(args.out).suffix not in OUT_FORMATS:
-        parser.error(f"--out: expected a file ending in one of {list(OUT_FORMATS)}, got {args.out!r}")
+        parser.error(
+            f"--out: expected a file ending in one of {list(OUT_FORMATS)}, got {args.out!r}"
+        )
     return args
 
 
@@ -62,7 +84,9 @@ def save_results(results: list, path: Path) -> None:
     """Per image, per class ``(k, 5)`` arrays: pickled as they are, or as JSON lists."""
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix == ".json":
-        path.write_text(json.dumps([[np.asarray(d).tolist() for d in per_image] for per_image in results]))
+        path.write_text(
+            json.dumps([[np.asarray(d).tolist() for d in per_image] for per_image in results])
+        )
     else:
         with open(path, "wb") as f:
             pickle.dump(results, f)
@@ -95,15 +119,25 @@ def main(argv=None) -> int:
     dataset = build_dataset(cfg.data.test, test_mode=True)
     data_cfg = cfg.data
     pin = None if run_device(distributed).type == "cuda" else False  # None: pinned with CUDA
-    loader = build_dataloader(dataset, eval_samples_per_gpu(data_cfg),
-                              data_cfg.workers_per_gpu, dist=distributed, shuffle=False, seed=0, pin_memory=pin)
+    loader = build_dataloader(
+        dataset,
+        eval_samples_per_gpu(data_cfg),
+        data_cfg.workers_per_gpu,
+        dist=distributed,
+        shuffle=False,
+        seed=0,
+        pin_memory=pin,
+    )
     model = build_model(cfg.model)
     load_checkpoint(args.checkpoint, model)
     model = wrap_model(model, distributed)
     results = run_inference(model, loader, distributed)
 
     if rank == 0:
-        print(f"tested {args.checkpoint} on {dataset!r} with {world_size} process(es): {len(results)} results", flush=True)
+        print(
+            f"tested {args.checkpoint} on {dataset!r} with {world_size} process(es): {len(results)} results",
+            flush=True,
+        )
         if args.out:
             save_results(results, Path(args.out))
             print(f"detections written to {args.out}", flush=True)
@@ -116,7 +150,9 @@ def main(argv=None) -> int:
             else:
                 target = work_dir / f"eval_{time.strftime('%Y%m%d_%H%M%S')}.json"
             target.parent.mkdir(parents=True, exist_ok=True)
-            record = dict(config=args.config, checkpoint=args.checkpoint, num_images=len(results), **metrics)
+            record = dict(
+                config=args.config, checkpoint=args.checkpoint, num_images=len(results), **metrics
+            )
             target.write_text(json.dumps(_json_safe(record), indent=2, allow_nan=False) + "\n")
             print(f"metrics written to {target}", flush=True)
     del model  # free DDP (its reducer holds the group) before the group goes

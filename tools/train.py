@@ -10,6 +10,7 @@ Examples::
 
 Config files are Python and run as code: only use configs you trust.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,28 +29,58 @@ except ImportError:  # a source checkout that is not pip-installed
 import numpy as np
 import torch
 
-from mmpar.dist_utils import destroy_dist, get_dist_info, sync_random_seed
-from mmpar.models.builder import build_dataset, build_model
+from mmpar.data import build_dataset
+from mmpar.dist import destroy_dist, get_dist_info, sync_random_seed
+from mmpar.models import build_model
 from mmpar.runner.apis import train_model
 from mmpar.runner.checkpoint import find_latest_checkpoint, load_checkpoint
-from mmpar.runner.cli import add_cfg_options, add_launcher_args, fail, load_config, resolve_work_dir, start_launcher
+from mmpar.runner.cli import (
+    add_cfg_options,
+    add_launcher_args,
+    fail,
+    load_config,
+    resolve_work_dir,
+    start_launcher,
+)
 from mmpar.runner.launch import run_device, scale_lr
 from mmpar.runner.logger import get_logger
 from mmpar.runner.rng import DETERMINISTIC_CUBLAS, set_random_seed
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("config", help="config file (.py or .json)")
-    parser.add_argument("--work-dir", help="where logs and checkpoints go (default: work_dirs/<config name>)")
+    parser.add_argument(
+        "--work-dir", help="where logs and checkpoints go (default: work_dirs/<config name>)"
+    )
     resume = parser.add_mutually_exclusive_group()
-    resume.add_argument("--resume-from", help="checkpoint to resume from (model, optimizer, epoch, rng states)")
-    resume.add_argument("--auto-resume", action="store_true", help="resume from the newest checkpoint of the work dir, if any")
+    resume.add_argument(
+        "--resume-from", help="checkpoint to resume from (model, optimizer, epoch, rng states)"
+    )
+    resume.add_argument(
+        "--auto-resume",
+        action="store_true",
+        help="resume from the newest checkpoint of the work dir, if any",
+    )
     parser.add_argument("--no-validate", action="store_true", help="skip the evaluations")
-    parser.add_argument("--seed", type=int, default=None, help="random seed (default: the config's, else the checkpoint's, else random)")
-    parser.add_argument("--deterministic", action="store_true", help="seed everything and use deterministic algorithms only")
-    parser.add_argument("--auto-scale-lr", action="store_true",
-                        help="scale the lr by the total batch size against auto_scale_lr.base_batch_size")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="random seed (default: the config's, else the checkpoint's, else random)",
+    )
+    parser.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="seed everything and use deterministic algorithms only",
+    )
+    parser.add_argument(
+        "--auto-scale-lr",
+        action="store_true",
+        help="scale the lr by the total batch size against auto_scale_lr.base_batch_size",
+    )
     add_cfg_options(parser)
     add_launcher_args(parser)
     return parser.parse_args(argv)
@@ -94,16 +125,25 @@ def main(argv=None) -> int:
     logger = get_logger("mmpar", work_dir / f"{timestamp}.log", rank=rank)
     if args.auto_scale_lr:
         try:
-            scale_lr(cfg.optimizer, cfg.get("auto_scale_lr"), cfg.data.samples_per_gpu * world_size, logger)
+            scale_lr(
+                cfg.optimizer,
+                cfg.get("auto_scale_lr"),
+                cfg.data.samples_per_gpu * world_size,
+                logger,
+            )
         except ValueError as exc:
             fail(str(exc))
-    logger.info(f"python {platform.python_version()}, torch {torch.__version__}, numpy {np.__version__}, "
-                f"CUDA {'available' if torch.cuda.is_available() else 'not available'}, "
-                f"{world_size} process(es), launcher {args.launcher}")
+    logger.info(
+        f"python {platform.python_version()}, torch {torch.__version__}, numpy {np.__version__}, "
+        f"CUDA {'available' if torch.cuda.is_available() else 'not available'}, "
+        f"{world_size} process(es), launcher {args.launcher}"
+    )
     device = run_device(distributed)
     if device.type == "cpu" and torch.cuda.is_available():
-        logger.info(f"training on the CPU although CUDA is available: the {torch.distributed.get_backend()} "
-                    "backend runs on the CPU (nccl would use the GPUs)")
+        logger.info(
+            f"training on the CPU although CUDA is available: the {torch.distributed.get_backend()} "
+            "backend runs on the CPU (nccl would use the GPUs)"
+        )
     else:
         logger.info(f"training on {device}")
     seed = _resolve_seed(args, cfg, resume_meta)
@@ -121,11 +161,21 @@ def main(argv=None) -> int:
     model = build_model(cfg.model)
     dataset = build_dataset(cfg.data.train)
     val_dataset = None if args.no_validate else build_dataset(cfg.data.val, test_mode=True)
-    logger.info(f"model {type(model).__name__}: {sum(p.numel() for p in model.parameters())} parameters; "
-                f"train {dataset!r}; val {val_dataset!r}")
+    logger.info(
+        f"model {type(model).__name__}: {sum(p.numel() for p in model.parameters())} parameters; "
+        f"train {dataset!r}; val {val_dataset!r}"
+    )
     started = time.perf_counter()
-    metrics = train_model(cfg, model, dataset, val_dataset, distributed=distributed, validate=not args.no_validate,
-                          timestamp=timestamp, logger=logger)
+    metrics = train_model(
+        cfg,
+        model,
+        dataset,
+        val_dataset,
+        distributed=distributed,
+        validate=not args.no_validate,
+        timestamp=timestamp,
+        logger=logger,
+    )
     summary = f"done in {time.perf_counter() - started:.1f} s"
     if metrics["before"] is not None or metrics["after"] is not None:
         before = "n/a" if metrics["before"] is None else f"{metrics['before']['mAP']:.4f}"

@@ -9,8 +9,9 @@
 
 mmpar never imports mmcv, except inside :func:`patch_mmcv`.
 """
-from .patch import is_patched, patch_mmcv
-from .wrappers_link import watch_mmcv_registry
+
+from mmpar.compat.patch import is_patched, patch_mmcv
+from mmpar.compat.wrappers_link import watch_mmcv_registry
 
 __all__ = ["is_patched", "patch_mmcv"]
 

@@ -3,6 +3,7 @@
 mmpar uses it to meet mmcv 1.x when mmcv gets loaded, without ever importing
 mmcv itself.
 """
+
 from __future__ import annotations
 
 import importlib.abc
@@ -38,7 +39,11 @@ def _call(callback: Callback, module: ModuleType) -> None:
     try:
         callback(module)
     except Exception as err:  # a hook must never break the user's import
-        warnings.warn(f"mmpar: hook on import of {module.__name__} failed: {err!r}", RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            f"mmpar: hook on import of {module.__name__} failed: {err!r}",
+            RuntimeWarning,
+            stacklevel=2,
+        )
 
 
 class _Loader(importlib.abc.Loader):

@@ -4,6 +4,7 @@
 Submodules missing here (``_functions``, ``distributed_deprecated``) still load
 from mmcv's own files, but their relative imports now find mmpar's objects.
 """
+
 from __future__ import annotations
 
 import functools
@@ -11,12 +12,12 @@ from typing import Any, Callable, Dict, Union
 
 import torch
 
-from ..collate import collate
-from ..data_container import DataContainer
-from ..data_parallel import MMDataParallel
-from ..distributed import MMDistributedDataParallel
-from ..module_wrappers import is_module_wrapper
-from ..scatter_gather import scatter, scatter_kwargs
+from mmpar.collate import collate
+from mmpar.data_container import DataContainer
+from mmpar.data_parallel import MMDataParallel
+from mmpar.distributed import MMDistributedDataParallel
+from mmpar.module_wrappers import is_module_wrapper
+from mmpar.scatter_gather import scatter, scatter_kwargs
 
 __all__ = ["PACKAGE", "PUBLIC", "ScatterInputs", "assert_tensor_type", "contents"]
 
@@ -59,9 +60,16 @@ def assert_tensor_type(method: Callable[..., Any]) -> Callable[..., Any]:
 def contents(module_wrappers: Any) -> Dict[str, Dict[str, Any]]:
     """Submodule name -> the names it defines, with ``module_wrappers`` as the registry."""
     return {
-        "data_container": {"DataContainer": DataContainer, "assert_tensor_type": assert_tensor_type},
+        "data_container": {
+            "DataContainer": DataContainer,
+            "assert_tensor_type": assert_tensor_type,
+        },
         "collate": {"collate": collate},
-        "scatter_gather": {"scatter": scatter, "scatter_kwargs": scatter_kwargs, "ScatterInputs": ScatterInputs},
+        "scatter_gather": {
+            "scatter": scatter,
+            "scatter_kwargs": scatter_kwargs,
+            "ScatterInputs": ScatterInputs,
+        },
         "data_parallel": {"MMDataParallel": MMDataParallel},
         "distributed": {"MMDistributedDataParallel": MMDistributedDataParallel},
         "registry": {"MODULE_WRAPPERS": module_wrappers},

@@ -1,4 +1,5 @@
 """patch_mmcv: make ``mmcv.parallel`` resolve to mmpar for every later import."""
+
 from __future__ import annotations
 
 import os
@@ -8,10 +9,10 @@ from importlib.machinery import ModuleSpec
 from types import ModuleType
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..data_container import container_classes
-from ..module_wrappers import MMCV_REGISTRY_MODULE
-from .mmcv_parallel import PACKAGE, PUBLIC, contents
-from .wrappers_link import link_wrapper_registry
+from mmpar.compat.mmcv_parallel import PACKAGE, PUBLIC, contents
+from mmpar.compat.wrappers_link import link_wrapper_registry
+from mmpar.data_container import container_classes
+from mmpar.module_wrappers import MMCV_REGISTRY_MODULE
 
 __all__ = ["patch_mmcv", "is_patched"]
 
@@ -121,7 +122,9 @@ def _install(mmcv: ModuleType, registry: Any, old: Dict[str, ModuleType]) -> Mod
         sub = name[len(PACKAGE) + 1 :]
         if sub and "." not in sub and not hasattr(package, sub):
             setattr(package, sub, module)
-    vars(package).update(public)  # after the submodules: the collate function shadows its module, as in mmcv
+    vars(package).update(
+        public
+    )  # after the submodules: the collate function shadows its module, as in mmcv
     package.__all__ = list(PUBLIC)
     setattr(package, _MARK, True)
     sys.modules[PACKAGE] = package
@@ -139,7 +142,12 @@ def _replaced(old: Dict[str, ModuleType], package: ModuleType) -> Dict[int, Tupl
         new_module = sys.modules.get(name, package)  # the package itself is in sys.modules by now
         for attr, value in vars(module).items():
             new = getattr(new_module, attr, None)
-            if not attr.startswith("__") and new is not None and new is not value and not isinstance(value, ModuleType):
+            if (
+                not attr.startswith("__")
+                and new is not None
+                and new is not value
+                and not isinstance(value, ModuleType)
+            ):
                 pairs[id(value)] = (value, new)
     return pairs
 
@@ -164,7 +172,10 @@ def _report_late(old: Dict[str, ModuleType], package: ModuleType) -> None:
                 stuck += [f"{name}.{attr}[{k!r}]" for k, v in value.items() if _held(pairs, v)]
     for value, _ in pairs.values():
         if isinstance(value, type):
-            stuck += [f"{c.__module__}.{c.__qualname__} (a subclass of mmcv's {value.__name__})" for c in value.__subclasses__()]
+            stuck += [
+                f"{c.__module__}.{c.__qualname__} (a subclass of mmcv's {value.__name__})"
+                for c in value.__subclasses__()
+            ]
     message = (
         f"patch_mmcv() was called after {PACKAGE} had been imported ({', '.join(sorted(old))}). "
         f"Rebound to mmpar's objects: {', '.join(rebound) or 'none'}. "

@@ -5,6 +5,7 @@ It behaves like ``python SCRIPT ARGS...`` after :func:`mmpar.compat.patch_mmcv`:
 ``sys.path``, it runs as ``__main__`` and its exit status passes through. Under
 torchrun: ``torchrun --nproc_per_node=2 -m mmpar.compat.run tools/train.py CONFIG --launcher pytorch``.
 """
+
 from __future__ import annotations
 
 import os
@@ -12,7 +13,7 @@ import runpy
 import sys
 from typing import List, Optional
 
-from .patch import patch_mmcv
+from mmpar.compat.patch import patch_mmcv
 
 __all__ = ["main"]
 
@@ -27,7 +28,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print(_USAGE + "\n\n" + (__doc__ or "").strip(), file=sys.stderr if not argv else sys.stdout)
+        print(
+            _USAGE + "\n\n" + (__doc__ or "").strip(), file=sys.stderr if not argv else sys.stdout
+        )
         raise SystemExit(2 if not argv else 0)
     script = argv[0]
     if not os.path.isfile(script):

@@ -7,12 +7,13 @@ loaded, so a wrapper registered on mmpar's side is unwrapped by mmcv's
 ``save_checkpoint`` too. The other direction needs no link:
 :func:`mmpar.is_module_wrapper` looks mmcv's registry up itself.
 """
+
 from __future__ import annotations
 
 from types import ModuleType
 
-from ..module_wrappers import MMCV_REGISTRY_MODULE, MODULE_WRAPPERS
-from .import_hook import on_import
+from mmpar.compat.import_hook import on_import
+from mmpar.module_wrappers import MMCV_REGISTRY_MODULE, MODULE_WRAPPERS
 
 __all__ = ["link_wrapper_registry", "watch_mmcv_registry"]
 

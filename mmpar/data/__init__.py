@@ -3,19 +3,24 @@ transforms, and the loader that ties them to :func:`mmpar.collate`.
 
 Nothing here imports the model wrappers.
 """
-from .batch_sampler_loader import BatchSamplerLoader
-from .builder import build_dataloader, seed_worker, set_loader_epoch
-from .datasets import CocoDetection, DetectionDataset, SyntheticShapes
-from .padding_stats import PaddingStats, loader_padding_ratio, padding_counts, padding_ratio
-from .registry import DATASETS, TRANSFORMS
-from .samplers import (
+
+from mmpar.data.batch_sampler_loader import BatchSamplerLoader
+from mmpar.data.builder import build_dataloader, build_dataset
+from mmpar.data.datasets import CocoDetection, DetectionDataset, SyntheticShapes
+from mmpar.data.padding_stats import (
+    PaddingStats,
+    loader_padding_ratio,
+    padding_counts,
+    padding_ratio,
+)
+from mmpar.data.samplers import (
     DistributedGroupSampler,
     DistributedSampler,
     GroupSampler,
     InfiniteBatchSampler,
     InfiniteGroupBatchSampler,
 )
-from .transforms import (
+from mmpar.data.transforms import (
     Collect,
     Compose,
     DefaultFormatBundle,
@@ -27,11 +32,10 @@ from .transforms import (
     RandomFlip,
     Resize,
 )
+from mmpar.data.worker_seeds import seed_worker, set_loader_epoch
 
 __all__ = [
     "BatchSamplerLoader",
-    "DATASETS",
-    "TRANSFORMS",
     "CocoDetection",
     "Collect",
     "Compose",
@@ -52,6 +56,7 @@ __all__ = [
     "Resize",
     "SyntheticShapes",
     "build_dataloader",
+    "build_dataset",
     "loader_padding_ratio",
     "padding_counts",
     "padding_ratio",

@@ -9,6 +9,7 @@ fills ``loader.sampler`` with a ``SequentialSampler`` that it never reads
 (batches come from the batch sampler alone), so the first path misses the
 epoch and ``IterLoader`` would replay the same order every pass.
 """
+
 from __future__ import annotations
 
 from typing import Any

@@ -1,121 +1,67 @@
 """build_dataloader: a DataLoader with the right sampler, collate and worker seeds.
 
-Worker seeding: every worker seeds ``random``, ``numpy`` and ``torch`` from
-``(seed, rank, epoch, worker_id)`` in :func:`seed_worker`, so the random
-streams of data augmentation differ between workers, ranks and epochs, and
-repeat exactly for the same seed. The epoch is the one last given to the
-sampler's ``set_epoch`` (see :func:`set_loader_epoch`) when the workers start,
-i.e. at the start of every epoch. With ``persistent_workers=True`` the workers
-start once, at the first epoch, and their streams then run on across epochs:
-they still differ between epochs and repeat for the same seed when a run goes
-through the same epochs, but resuming at epoch ``e`` does not reproduce the
-streams a run that reached epoch ``e`` had. The same holds for the endless
-loaders of ``runner_type="IterBasedRunner"``, whose one iterator never ends.
+Workers are seeded by :mod:`mmpar.data.worker_seeds`; datasets are built from
+configs by :func:`build_dataset`.
 """
+
 from __future__ import annotations
 
 import functools
 import inspect
-import random
 import warnings
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Dict, Mapping, Optional
 
-import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
 from mmpar.collate import collate
-from mmpar.dist_utils import get_dist_info, sync_random_seed
-
-from .batch_sampler_loader import BatchSamplerLoader
-from .samplers import (
+from mmpar.data.batch_sampler_loader import BatchSamplerLoader
+from mmpar.data.samplers import (
     DistributedGroupSampler,
     DistributedSampler,
     GroupSampler,
     InfiniteBatchSampler,
     InfiniteGroupBatchSampler,
 )
-from .samplers._epoch import check_positive_int
+from mmpar.data.worker_seeds import EpochCounter, seed_worker
+from mmpar.dist import get_dist_info, sync_random_seed
+from mmpar.registry import DATASETS, check_build_cfg
+from mmpar.utils.checks import check_positive_int
 
-__all__ = ["build_dataloader", "seed_worker", "set_loader_epoch"]
+__all__ = ["build_dataloader", "build_dataset"]
 
 #: DataLoader arguments that build_dataloader derives itself.
 _RESERVED = ("batch_size", "shuffle", "sampler", "batch_sampler", "num_workers")
 #: Keyword arguments of DataLoader that build_dataloader passes on from kwargs.
-_LOADER_ARGS = frozenset(inspect.signature(DataLoader.__init__).parameters) - {"self", "dataset", *_RESERVED}
+_LOADER_ARGS = frozenset(inspect.signature(DataLoader.__init__).parameters) - {
+    "self",
+    "dataset",
+    *_RESERVED,
+}
 
 
-class _EpochCounter:
-    """The sampler's current epoch, carried into the workers with their init function."""
+def build_dataset(cfg: Mapping[str, Any], **default_args: Any) -> Any:
+    """Build a dataset from ``cfg`` with :data:`mmpar.registry.DATASETS`.
 
-    __slots__ = ("epoch",)
-
-    def __init__(self) -> None:
-        self.epoch = 0
-
-    def __call__(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    # A tuple: a falsy state (epoch 0) would skip __setstate__ when unpickling.
-    def __getstate__(self) -> tuple:
-        return (self.epoch,)
-
-    def __setstate__(self, state: tuple) -> None:
-        self.epoch = state[0]
-
-
-def seed_worker(
-    worker_id: int,
-    seed: int,
-    rank: int,
-    epoch: _EpochCounter,
-    user_init_fn: Optional[Callable[[int], None]] = None,
-) -> None:
-    """Seed ``random``, ``numpy`` and ``torch`` in a DataLoader worker.
-
-    Bind everything but ``worker_id`` with ``functools.partial`` and pass the
-    result as ``worker_init_fn``; it pickles, so it also works with the
-    ``spawn`` start method.
+    Importing :mod:`mmpar.data` registers the built-in datasets
+    (``SyntheticShapes``, ``CocoDetection``) and transforms.
 
     Args:
-        worker_id: Index of the worker within this rank's loader.
-        seed: The loader seed, the same on every rank.
-        rank: This process's rank.
-        epoch: Holds the epoch at the time the workers start.
-        user_init_fn: Called with ``worker_id`` afterwards.
-    """
-    state = np.random.SeedSequence([seed % (1 << 64), rank, epoch.epoch, worker_id]).generate_state(4)
-    random.seed(int(state[0]) << 32 | int(state[1]))
-    np.random.seed(state)
-    torch.manual_seed(int(state[2]) << 32 | int(state[3]))
-    if user_init_fn is not None:
-        user_init_fn(worker_id)
-
-
-def set_loader_epoch(loader: DataLoader, epoch: int) -> None:
-    """Call ``set_epoch(epoch)`` on the loader's batch sampler or sampler.
-
-    :func:`build_dataloader` puts the epoch-aware object in
-    ``loader.batch_sampler`` for group batching and in ``loader.sampler``
-    otherwise (its ``loader.sampler`` reaches the batch sampler too); this
-    finds it in any loader. Call it before each epoch.
+        cfg: e.g. ``dict(type="SyntheticShapes", num_samples=256)``.
+        **default_args: Used where ``cfg`` has no such key (e.g. ``test_mode=True``).
 
     Raises:
-        TypeError: neither has a ``set_epoch`` method.
+        TypeError: ``cfg`` is not a dict.
+        KeyError: ``cfg`` has no ``type`` or names an unregistered dataset.
     """
-    for owner in (loader.batch_sampler, loader.sampler):
-        if hasattr(owner, "set_epoch"):
-            owner.set_epoch(epoch)
-            return
-    raise TypeError(
-        "set_loader_epoch: neither loader.batch_sampler "
-        f"({type(loader.batch_sampler).__name__}) nor loader.sampler "
-        f"({type(loader.sampler).__name__}) has set_epoch"
-    )
+    return DATASETS.build(check_build_cfg(cfg, "dataset"), **default_args)
 
 
 def _has_groups(dataset: Any) -> bool:
-    return getattr(dataset, "flag", None) is not None or getattr(dataset, "img_sizes", None) is not None
+    return (
+        getattr(dataset, "flag", None) is not None
+        or getattr(dataset, "img_sizes", None) is not None
+    )
 
 
 def _check_arguments(
@@ -267,7 +213,9 @@ def build_dataloader(
     grouped = shuffle and _has_groups(dataset)
     if size_aware and not grouped:
         why = "shuffle=False" if not shuffle else "the dataset has neither flag nor img_sizes"
-        warnings.warn(f"build_dataloader: size_aware=True has no effect ({why})", UserWarning, stacklevel=2)
+        warnings.warn(
+            f"build_dataloader: size_aware=True has no effect ({why})", UserWarning, stacklevel=2
+        )
     elif size_aware and getattr(dataset, "img_sizes", None) is None:
         warnings.warn(
             "build_dataloader: size_aware=True but the dataset has no img_sizes; grouping by flag only",
@@ -281,31 +229,53 @@ def build_dataloader(
             dataset, batch_size, world_size, rank, seed=seed, size_aware=size_aware
         )
     elif runner_type == "IterBasedRunner":
-        sampler = InfiniteBatchSampler(dataset, batch_size, world_size, rank, seed=seed, shuffle=False)
+        sampler = InfiniteBatchSampler(
+            dataset, batch_size, world_size, rank, seed=seed, shuffle=False
+        )
     elif grouped and dist:
         sampler = DistributedGroupSampler(
-            dataset, samples_per_gpu, world_size, rank, seed=seed, size_aware=size_aware, batch_sampler=True
+            dataset,
+            samples_per_gpu,
+            world_size,
+            rank,
+            seed=seed,
+            size_aware=size_aware,
+            batch_sampler=True,
         )
     elif grouped:
         sampler = GroupSampler(
-            dataset, samples_per_gpu, num_gpus, seed=seed, size_aware=size_aware,
-            batch_sampler=True, drop_last=drop_last,
+            dataset,
+            samples_per_gpu,
+            num_gpus,
+            seed=seed,
+            size_aware=size_aware,
+            batch_sampler=True,
+            drop_last=drop_last,
         )
     else:
         sampler = DistributedSampler(dataset, world_size, rank, shuffle=shuffle, seed=seed)
 
-    epoch = _EpochCounter()
+    epoch = EpochCounter()
     sampler.add_epoch_hook(epoch)
     init_fn = functools.partial(
-        seed_worker, seed=seed, rank=rank, epoch=epoch, user_init_fn=kwargs.pop("worker_init_fn", None)
+        seed_worker,
+        seed=seed,
+        rank=rank,
+        epoch=epoch,
+        user_init_fn=kwargs.pop("worker_init_fn", None),
     )
     kwargs.setdefault("collate_fn", functools.partial(collate, samples_per_gpu=samples_per_gpu))
     # Torch draws each epoch's base worker seed from this generator; a private one
     # leaves the global RNG alone (seed_worker then reseeds every worker anyway).
     kwargs.setdefault("generator", torch.Generator().manual_seed(seed % (1 << 63)))
     kwargs.update(
-        num_workers=num_workers, pin_memory=pin_memory, persistent_workers=persistent_workers, worker_init_fn=init_fn
+        num_workers=num_workers,
+        pin_memory=pin_memory,
+        persistent_workers=persistent_workers,
+        worker_init_fn=init_fn,
     )
     if isinstance(sampler, DistributedSampler):
-        return DataLoader(dataset, sampler=sampler, batch_size=batch_size, drop_last=drop_last, **kwargs)
+        return DataLoader(
+            dataset, sampler=sampler, batch_size=batch_size, drop_last=drop_last, **kwargs
+        )
     return BatchSamplerLoader(dataset, batch_sampler=sampler, **kwargs)

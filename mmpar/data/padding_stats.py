@@ -15,6 +15,7 @@ shape after resizing and before padding, as the detection pipelines record
 it). Without metadata, pass the sizes themselves: one list of ``(h, w)`` per
 chunk, with the ``size_divisor`` the collate would round up to.
 """
+
 from __future__ import annotations
 
 import math
@@ -93,7 +94,9 @@ def _pairs(chunk: Any, where: str) -> List[Tuple[float, float]]:
     pairs = []
     for i, size in enumerate(chunk):
         if len(size) < 2 or size[0] <= 0 or size[1] <= 0:
-            raise ValueError(f"padding_counts: {where}[{i}] must be a positive (h, w), got {size!r}")
+            raise ValueError(
+                f"padding_counts: {where}[{i}] must be a positive (h, w), got {size!r}"
+            )
         pairs.append((size[0], size[1]))
     return pairs
 
@@ -185,7 +188,9 @@ def padding_counts(
     """
     if isinstance(batch_or_sizes, Mapping):
         if key not in batch_or_sizes:
-            raise ValueError(f"padding_counts: batch has no field {key!r} (fields: {sorted(batch_or_sizes)})")
+            raise ValueError(
+                f"padding_counts: batch has no field {key!r} (fields: {sorted(batch_or_sizes)})"
+            )
         if img_metas is None:
             img_metas = batch_or_sizes.get(meta_key)
         batch_or_sizes = batch_or_sizes[key]
@@ -197,7 +202,9 @@ def padding_counts(
             )
         return _counts_from_tensors(batch_or_sizes, img_metas)
     if size_divisor is not None and not _is_int_at_least(size_divisor, 1):
-        raise ValueError(f"padding_counts: size_divisor must be a positive int or None, got {size_divisor!r}")
+        raise ValueError(
+            f"padding_counts: size_divisor must be a positive int or None, got {size_divisor!r}"
+        )
     return _counts_from_sizes(batch_or_sizes, size_divisor)
 
 

@@ -1,4 +1,5 @@
 """Evaluation metrics."""
-from .mean_ap import average_precision, box_iou, eval_map
+
+from mmpar.evaluation.mean_ap import average_precision, box_iou, eval_map
 
 __all__ = ["average_precision", "box_iou", "eval_map"]

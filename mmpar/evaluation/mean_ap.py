@@ -21,6 +21,7 @@ Classes without ground-truth boxes are skipped (they have no recall); mAP is
 the mean AP of the remaining classes. Boxes are x1y1x2y2 with ``x2`` one past
 the last column, so a box's area is ``(x2 - x1) * (y2 - y1)``.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -66,14 +67,20 @@ def _check_inputs(det_results: Sequence[Any], annotations: Sequence[Mapping[str,
             f"and {type(annotations).__name__}"
         )
     if len(det_results) != len(annotations):
-        raise ValueError(f"eval_map: {len(det_results)} det_results for {len(annotations)} annotations (one per image)")
+        raise ValueError(
+            f"eval_map: {len(det_results)} det_results for {len(annotations)} annotations (one per image)"
+        )
     num_classes = {len(per_image) for per_image in det_results}
     if len(num_classes) > 1:
-        raise ValueError(f"eval_map: det_results hold different numbers of classes per image: {sorted(num_classes)}")
+        raise ValueError(
+            f"eval_map: det_results hold different numbers of classes per image: {sorted(num_classes)}"
+        )
     count = num_classes.pop() if num_classes else 0
     for i, ann in enumerate(annotations):
         if not isinstance(ann, Mapping) or "bboxes" not in ann or "labels" not in ann:
-            raise ValueError(f"annotations[{i}]: expected a dict with 'bboxes' (K, 4) and 'labels' (K,)")
+            raise ValueError(
+                f"annotations[{i}]: expected a dict with 'bboxes' (K, 4) and 'labels' (K,)"
+            )
         labels = np.asarray(ann["labels"]).reshape(-1)
         bad = labels[(labels < 0) | (labels >= count)]
         if bad.size and det_results:
@@ -96,9 +103,17 @@ def _dets_of_class(det_results: Sequence[Any], c: int) -> Tuple[np.ndarray, np.n
     return dets[order], ids[order]
 
 
-def _match_class(det_results: Sequence[Any], annotations: Sequence[Mapping[str, Any]], c: int, iou_thr: float) -> Dict[str, Any]:
-    gts = [np.asarray(a["bboxes"], np.float64).reshape(-1, 4)[np.asarray(a["labels"]).reshape(-1) == c] for a in annotations]
-    ignores = [np.asarray(a.get("bboxes_ignore", np.zeros((0, 4))), np.float64).reshape(-1, 4) for a in annotations]
+def _match_class(
+    det_results: Sequence[Any], annotations: Sequence[Mapping[str, Any]], c: int, iou_thr: float
+) -> Dict[str, Any]:
+    gts = [
+        np.asarray(a["bboxes"], np.float64).reshape(-1, 4)[np.asarray(a["labels"]).reshape(-1) == c]
+        for a in annotations
+    ]
+    ignores = [
+        np.asarray(a.get("bboxes_ignore", np.zeros((0, 4))), np.float64).reshape(-1, 4)
+        for a in annotations
+    ]
     num_gts = sum(len(g) for g in gts)
     dets, ids = _dets_of_class(det_results, c)
     matched = [np.zeros(len(g), bool) for g in gts]
@@ -118,7 +133,9 @@ def _match_class(det_results: Sequence[Any], annotations: Sequence[Mapping[str, 
     recall = ctp[counted] / max(num_gts, 1)
     precision = ctp[counted] / np.maximum(ctp[counted] + cfp[counted], 1e-12)
     ap = average_precision(recall, precision) if num_gts else float("nan")
-    return dict(num_gts=num_gts, num_dets=len(dets), recall=float(recall[-1]) if len(recall) else 0.0, ap=ap)
+    return dict(
+        num_gts=num_gts, num_dets=len(dets), recall=float(recall[-1]) if len(recall) else 0.0, ap=ap
+    )
 
 
 def eval_map(
@@ -151,7 +168,9 @@ def eval_map(
     if not 0 < iou_thr <= 1:
         raise ValueError(f"eval_map: iou_thr must be in (0, 1], got {iou_thr!r}")
     if class_names is not None and len(class_names) != num_classes:
-        raise ValueError(f"eval_map: class_names has {len(class_names)} names for {num_classes} classes")
+        raise ValueError(
+            f"eval_map: class_names has {len(class_names)} names for {num_classes} classes"
+        )
     per_class = []
     for c in range(num_classes):
         stats = _match_class(det_results, annotations, c, iou_thr)

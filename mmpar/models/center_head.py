@@ -6,6 +6,7 @@ Gaussian around the integer peak cell ``(ix, iy)`` with sigmas proportional to
 the box size; the size head predicts ``(w, h) / stride`` and the offset head the
 sub-cell part ``(cx / stride - ix, cy / stride - iy)`` at the peak cell.
 """
+
 from __future__ import annotations
 
 from typing import Dict, List, Sequence, Tuple
@@ -28,11 +29,15 @@ class CenterTargets:
         offset: ``(M, 2)`` sub-cell centre offset in [0, 1).
     """
 
-    def __init__(self, heatmap: torch.Tensor, index: torch.Tensor, size: torch.Tensor, offset: torch.Tensor) -> None:
+    def __init__(
+        self, heatmap: torch.Tensor, index: torch.Tensor, size: torch.Tensor, offset: torch.Tensor
+    ) -> None:
         self.heatmap, self.index, self.size, self.offset = heatmap, index, size, offset
 
 
-def _gaussian(h: int, w: int, cx: int, cy: int, sx: float, sy: float, device: torch.device) -> torch.Tensor:
+def _gaussian(
+    h: int, w: int, cx: int, cy: int, sx: float, sy: float, device: torch.device
+) -> torch.Tensor:
     ys = torch.arange(h, device=device, dtype=torch.float32)[:, None]
     xs = torch.arange(w, device=device, dtype=torch.float32)[None, :]
     return torch.exp(-((xs - cx) ** 2) / (2 * sx * sx) - ((ys - cy) ** 2) / (2 * sy * sy))
@@ -66,7 +71,9 @@ def make_targets(
     index, size, offset = [], [], []
     for n, (boxes, labels) in enumerate(zip(gt_bboxes, gt_labels)):
         if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= num_classes):
-            raise ValueError(f"gt_labels[{n}]: expected labels in [0, {num_classes}), got {labels.tolist()}")
+            raise ValueError(
+                f"gt_labels[{n}]: expected labels in [0, {num_classes}), got {labels.tolist()}"
+            )
         for box, label in zip(boxes.float() / stride, labels.tolist()):
             bw, bh = float(box[2] - box[0]), float(box[3] - box[1])
             cx, cy = float(box[0] + box[2]) / 2, float(box[1] + box[3]) / 2
@@ -84,7 +91,9 @@ def make_targets(
     )
 
 
-def valid_mask(img_metas: Sequence[Dict], out_hw: Tuple[int, int], stride: int, device: torch.device) -> torch.Tensor:
+def valid_mask(
+    img_metas: Sequence[Dict], out_hw: Tuple[int, int], stride: int, device: torch.device
+) -> torch.Tensor:
     """``(N, 1, h, w)`` float mask: 1 on cells whose centre lies in the image, 0 on padding.
 
     Uses each meta's ``img_shape`` ``(h, w, c)``: the image before batch padding.
@@ -97,7 +106,13 @@ def valid_mask(img_metas: Sequence[Dict], out_hw: Tuple[int, int], stride: int, 
     return mask
 
 
-def focal_loss(logits: torch.Tensor, target: torch.Tensor, mask: torch.Tensor, alpha: float = 2.0, beta: float = 4.0) -> torch.Tensor:
+def focal_loss(
+    logits: torch.Tensor,
+    target: torch.Tensor,
+    mask: torch.Tensor,
+    alpha: float = 2.0,
+    beta: float = 4.0,
+) -> torch.Tensor:
     """CenterNet's penalty-reduced pixel-wise focal loss, over the cells where ``mask`` is 1.
 
     Args:
@@ -121,7 +136,9 @@ def _gather_cells(maps: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return maps.permute(0, 2, 3, 1).reshape(n * h * w, c)[index]
 
 
-def regression_losses(size_pred: torch.Tensor, offset_pred: torch.Tensor, targets: CenterTargets) -> Tuple[torch.Tensor, torch.Tensor]:
+def regression_losses(
+    size_pred: torch.Tensor, offset_pred: torch.Tensor, targets: CenterTargets
+) -> Tuple[torch.Tensor, torch.Tensor]:
     """Mean L1 losses of the size and offset heads at the object centres (0 without objects)."""
     if targets.index.numel() == 0:
         zero = (size_pred.sum() + offset_pred.sum()) * 0

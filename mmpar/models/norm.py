@@ -1,4 +1,5 @@
 """Normalization layers from configs, and SyncBN -> BatchNorm for runs without a process group."""
+
 from __future__ import annotations
 
 import warnings
@@ -27,7 +28,9 @@ def build_norm(cfg: Optional[Mapping[str, Any]], channels: int) -> nn.Module:
     if cfg is None:
         return nn.Identity()
     if not isinstance(cfg, Mapping):
-        raise TypeError(f"norm_cfg: expected a dict such as dict(type='BN') or None, got {type(cfg).__name__}")
+        raise TypeError(
+            f"norm_cfg: expected a dict such as dict(type='BN') or None, got {type(cfg).__name__}"
+        )
     kwargs = dict(cfg)
     kind = kwargs.pop("type", None)
     if kind not in _NORMS:
@@ -59,15 +62,25 @@ def revert_sync_batchnorm(module: nn.Module, reason: str = "") -> nn.Module:
     """
     if not has_sync_batchnorm(module):
         return module
-    why = reason or ("no process group" if not (dist.is_available() and dist.is_initialized()) else "CPU run")
-    warnings.warn(f"SyncBatchNorm layers converted to BatchNorm2d ({why}); statistics are per process", UserWarning, stacklevel=2)
+    why = reason or (
+        "no process group" if not (dist.is_available() and dist.is_initialized()) else "CPU run"
+    )
+    warnings.warn(
+        f"SyncBatchNorm layers converted to BatchNorm2d ({why}); statistics are per process",
+        UserWarning,
+        stacklevel=2,
+    )
     return _convert(module)
 
 
 def _convert(module: nn.Module) -> nn.Module:
     if isinstance(module, nn.SyncBatchNorm):
         bn = nn.BatchNorm2d(
-            module.num_features, module.eps, module.momentum, module.affine, module.track_running_stats
+            module.num_features,
+            module.eps,
+            module.momentum,
+            module.affine,
+            module.track_running_stats,
         )
         bn.load_state_dict(module.state_dict())
         bn.train(module.training)

@@ -1,4 +1,5 @@
 """TinyDet: a small CenterNet-style detector that trains in seconds on a CPU."""
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -9,9 +10,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .builder import MODELS
-from .center_head import decode, focal_loss, make_targets, regression_losses, valid_mask
-from .norm import build_norm
+from mmpar.models.center_head import decode, focal_loss, make_targets, regression_losses, valid_mask
+from mmpar.models.norm import build_norm
+from mmpar.registry import MODELS
 
 __all__ = ["TinyDet", "parse_losses"]
 
@@ -20,12 +21,16 @@ _PRIOR_PROB = 0.1  # initial heatmap probability: keeps the focal loss stable at
 
 def _conv(cin: int, cout: int, stride: int, norm_cfg: Optional[Mapping[str, Any]]) -> nn.Sequential:
     return nn.Sequential(
-        nn.Conv2d(cin, cout, 3, stride, 1, bias=norm_cfg is None), build_norm(norm_cfg, cout), nn.ReLU(inplace=True)
+        nn.Conv2d(cin, cout, 3, stride, 1, bias=norm_cfg is None),
+        build_norm(norm_cfg, cout),
+        nn.ReLU(inplace=True),
     )
 
 
 def _head(cin: int, mid: int, cout: int) -> nn.Sequential:
-    return nn.Sequential(nn.Conv2d(cin, mid, 3, padding=1), nn.ReLU(inplace=True), nn.Conv2d(mid, cout, 1))
+    return nn.Sequential(
+        nn.Conv2d(cin, mid, 3, padding=1), nn.ReLU(inplace=True), nn.Conv2d(mid, cout, 1)
+    )
 
 
 def parse_losses(losses: Mapping[str, torch.Tensor]) -> Tuple[torch.Tensor, Dict[str, float]]:
@@ -82,24 +87,38 @@ class TinyDet(nn.Module):
         score_thr: float = 0.01,
     ) -> None:
         super().__init__()
-        for name, value in (("num_classes", num_classes), ("width", width), ("max_per_img", max_per_img)):
+        for name, value in (
+            ("num_classes", num_classes),
+            ("width", width),
+            ("max_per_img", max_per_img),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"TinyDet: {name} must be an int >= 1, got {value!r}")
         self.num_classes = num_classes
         unknown = sorted(set(loss_weights) - {"heatmap", "size", "offset"})
         if unknown:
-            raise ValueError(f"TinyDet: loss_weights keys must be among heatmap, size, offset, got {unknown}")
+            raise ValueError(
+                f"TinyDet: loss_weights keys must be among heatmap, size, offset, got {unknown}"
+            )
         self.loss_weights = {**dict(heatmap=1.0, size=0.1, offset=1.0), **dict(loss_weights)}
         self.max_per_img, self.score_thr = max_per_img, float(score_thr)
         w = width
-        self.stem = nn.Sequential(_conv(3, w // 2, 2, norm_cfg), _conv(w // 2, w, 2, norm_cfg), _conv(w, w, 1, norm_cfg))
-        self.down = nn.Sequential(_conv(w, 2 * w, 2, norm_cfg), _conv(2 * w, 2 * w, 1, norm_cfg), _conv(2 * w, 2 * w, 1, norm_cfg))
+        self.stem = nn.Sequential(
+            _conv(3, w // 2, 2, norm_cfg), _conv(w // 2, w, 2, norm_cfg), _conv(w, w, 1, norm_cfg)
+        )
+        self.down = nn.Sequential(
+            _conv(w, 2 * w, 2, norm_cfg),
+            _conv(2 * w, 2 * w, 1, norm_cfg),
+            _conv(2 * w, 2 * w, 1, norm_cfg),
+        )
         self.lateral = nn.Conv2d(2 * w, w, 1)
         self.fuse = _conv(w, w, 1, norm_cfg)
         self.heatmap_head = _head(w, w, num_classes)
         self.size_head = _head(w, w, 2)
         self.offset_head = _head(w, w, 2)
-        nn.init.constant_(self.heatmap_head[-1].bias, float(np.log(_PRIOR_PROB / (1 - _PRIOR_PROB))))
+        nn.init.constant_(
+            self.heatmap_head[-1].bias, float(np.log(_PRIOR_PROB / (1 - _PRIOR_PROB)))
+        )
 
     def extract(self, img: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Head outputs for a padded batch ``img`` ``(N, 3, H, W)``, H and W multiples of 8.
@@ -115,7 +134,13 @@ class TinyDet(nn.Module):
         feat = self.fuse(c4 + up)
         return self.heatmap_head(feat), self.size_head(feat), self.offset_head(feat)
 
-    def forward(self, img: torch.Tensor, img_metas: Sequence[Dict[str, Any]], return_loss: bool = True, **kwargs: Any) -> Any:
+    def forward(
+        self,
+        img: torch.Tensor,
+        img_metas: Sequence[Dict[str, Any]],
+        return_loss: bool = True,
+        **kwargs: Any,
+    ) -> Any:
         """Losses (``return_loss=True``) or detections (``return_loss=False``).
 
         Args:
@@ -149,7 +174,9 @@ class TinyDet(nn.Module):
         """
         for name, value in (("gt_bboxes", gt_bboxes), ("gt_labels", gt_labels)):
             if len(value) != img.shape[0]:
-                raise ValueError(f"TinyDet: {name} holds {len(value)} entries for {img.shape[0]} images")
+                raise ValueError(
+                    f"TinyDet: {name} holds {len(value)} entries for {img.shape[0]} images"
+                )
         heat, size, offset = self.extract(img)
         out_hw = (heat.shape[2], heat.shape[3])
         targets = make_targets(gt_bboxes, gt_labels, self.num_classes, out_hw, self.stride)
@@ -163,7 +190,13 @@ class TinyDet(nn.Module):
         )
 
     @torch.no_grad()
-    def forward_test(self, img: torch.Tensor, img_metas: Sequence[Dict[str, Any]], rescale: bool = True, **kwargs: Any) -> List[List[np.ndarray]]:
+    def forward_test(
+        self,
+        img: torch.Tensor,
+        img_metas: Sequence[Dict[str, Any]],
+        rescale: bool = True,
+        **kwargs: Any,
+    ) -> List[List[np.ndarray]]:
         """Detections per image and class.
 
         Returns:
@@ -172,9 +205,13 @@ class TinyDet(nn.Module):
             ``rescale`` (divided by ``scale_factor``), else in input pixels.
         """
         heat, size, offset = self.extract(img)
-        heat = heat.masked_fill(valid_mask(img_metas, heat.shape[2:], self.stride, heat.device) == 0, -1e4)
+        heat = heat.masked_fill(
+            valid_mask(img_metas, heat.shape[2:], self.stride, heat.device) == 0, -1e4
+        )
         results = []
-        for (boxes, scores, labels), meta in zip(decode(heat, size, offset, self.stride, self.max_per_img), img_metas):
+        for (boxes, scores, labels), meta in zip(
+            decode(heat, size, offset, self.stride, self.max_per_img), img_metas
+        ):
             keep = scores >= self.score_thr
             boxes, scores, labels = boxes[keep], scores[keep], labels[keep]
             img_h, img_w = meta["img_shape"][:2]
@@ -187,7 +224,9 @@ class TinyDet(nn.Module):
             results.append([dets[labels_np == c] for c in range(self.num_classes)])
         return results
 
-    def train_step(self, data: Dict[str, Any], optimizer: Optional[torch.optim.Optimizer] = None) -> Dict[str, Any]:
+    def train_step(
+        self, data: Dict[str, Any], optimizer: Optional[torch.optim.Optimizer] = None
+    ) -> Dict[str, Any]:
         """One forward pass with losses; the caller runs backward and the optimizer step.
 
         Args:
@@ -201,7 +240,9 @@ class TinyDet(nn.Module):
         loss, log_vars = parse_losses(self(**data))
         return dict(loss=loss, log_vars=log_vars, num_samples=len(data["img_metas"]))
 
-    def val_step(self, data: Dict[str, Any], optimizer: Optional[torch.optim.Optimizer] = None) -> Dict[str, Any]:
+    def val_step(
+        self, data: Dict[str, Any], optimizer: Optional[torch.optim.Optimizer] = None
+    ) -> Dict[str, Any]:
         """Like :meth:`train_step`, under ``torch.no_grad()``."""
         with torch.no_grad():
             return self.train_step(data, optimizer)

@@ -1,13 +1,20 @@
 """Training and testing: checkpoints, logging, lr schedules, the epoch loop and the APIs of tools/."""
-from .apis import evaluate, train_model
-from .checkpoint import (atomic_write, find_latest_checkpoint, load_checkpoint, save_checkpoint,
-                         unwrap_model, update_latest)
-from .inference import evaluate_map, multi_gpu_test, single_gpu_test
-from .launch import scale_lr, wrap_model
-from .logger import JsonLogWriter, format_train_line, get_logger
-from .lr_schedule import check_lr_config, scheduled_lr
-from .rng import get_rng_state, set_random_seed, set_rng_state
-from .train_loop import TrainState, train_one_epoch
+
+from mmpar.runner.apis import evaluate, train_model
+from mmpar.runner.checkpoint import (
+    atomic_write,
+    find_latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+    unwrap_model,
+    update_latest,
+)
+from mmpar.runner.inference import evaluate_map, multi_gpu_test, single_gpu_test
+from mmpar.runner.launch import scale_lr, wrap_model
+from mmpar.runner.logger import JsonLogWriter, format_train_line, get_logger
+from mmpar.runner.lr_schedule import check_lr_config, scheduled_lr
+from mmpar.runner.rng import get_rng_state, set_random_seed, set_rng_state
+from mmpar.runner.train_loop import TrainState, train_one_epoch
 
 __all__ = [
     "JsonLogWriter",

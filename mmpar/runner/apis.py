@@ -1,4 +1,5 @@
 """train_model: a whole training run from a config: data, wrapper, optimizer, resume, epochs, checkpoints, evaluation."""
+
 from __future__ import annotations
 
 import logging
@@ -9,18 +10,28 @@ from typing import Any, Dict, Mapping, Optional
 import torch
 from torch import nn
 
-from mmpar.data.builder import build_dataloader
-from mmpar.dist_utils import all_gather_object_list, barrier, get_dist_info
+from mmpar.data import build_dataloader
+from mmpar.dist import all_gather_object_list, barrier, get_dist_info
 from mmpar.models.builder import build_optimizer
-
-from .checkpoint import load_checkpoint, remove_stale_temporaries, save_checkpoint, update_latest
-from .inference import (class_rows, eval_samples_per_gpu, evaluate_map, multi_gpu_test, run_inference,
-                        single_gpu_test)
-from .launch import run_device, wrap_model
-from .logger import JsonLogWriter
-from .lr_schedule import check_lr_config
-from .rng import get_rng_state, set_rng_state
-from .train_loop import TrainState, train_one_epoch
+from mmpar.runner.checkpoint import (
+    load_checkpoint,
+    remove_stale_temporaries,
+    save_checkpoint,
+    update_latest,
+)
+from mmpar.runner.inference import (
+    class_rows,
+    eval_samples_per_gpu,
+    evaluate_map,
+    multi_gpu_test,
+    run_inference,
+    single_gpu_test,
+)
+from mmpar.runner.launch import run_device, wrap_model
+from mmpar.runner.logger import JsonLogWriter
+from mmpar.runner.lr_schedule import check_lr_config
+from mmpar.runner.rng import get_rng_state, set_rng_state
+from mmpar.runner.train_loop import TrainState, train_one_epoch
 
 __all__ = ["train_model", "single_gpu_test", "multi_gpu_test", "evaluate"]
 
@@ -35,11 +46,19 @@ def evaluate(model: nn.Module, data_loader: Any, dataset: Any, distributed: bool
     return evaluate_map(dataset, run_inference(model, data_loader, distributed))
 
 
-def _log_eval(logger: logging.Logger, json_log: JsonLogWriter, metrics: Dict[str, Any], state: TrainState, tag: str) -> None:
+def _log_eval(
+    logger: logging.Logger,
+    json_log: JsonLogWriter,
+    metrics: Dict[str, Any],
+    state: TrainState,
+    tag: str,
+) -> None:
     logger.info(f"Epoch({tag}) [{state.epoch}]\tmAP: {metrics['mAP']:.4f}")
     for line in class_rows(metrics):
         logger.info(line)
-    json_log.write(dict(mode="val", tag=tag, epoch=state.epoch, iter=state.iter, mAP=metrics["mAP"]))
+    json_log.write(
+        dict(mode="val", tag=tag, epoch=state.epoch, iter=state.iter, mAP=metrics["mAP"])
+    )
 
 
 def _meta(cfg: Any, state: TrainState, seed: Optional[int]) -> Dict[str, Any]:
@@ -49,9 +68,17 @@ def _meta(cfg: Any, state: TrainState, seed: Optional[int]) -> Dict[str, Any]:
         text = cfg.pretty_text
     except (TypeError, ValueError):
         text = getattr(cfg, "text", "")
-    return dict(epoch=state.epoch, iter=state.iter, seed=seed, config=text, config_dict=cfg.to_dict(),
-                mmpar_version=mmpar.__version__, torch_version=str(torch.__version__), time=time.strftime("%Y%m%d_%H%M%S"),
-                world_size=get_dist_info()[1])
+    return dict(
+        epoch=state.epoch,
+        iter=state.iter,
+        seed=seed,
+        config=text,
+        config_dict=cfg.to_dict(),
+        mmpar_version=mmpar.__version__,
+        torch_version=str(torch.__version__),
+        time=time.strftime("%Y%m%d_%H%M%S"),
+        world_size=get_dist_info()[1],
+    )
 
 
 def train_model(
@@ -104,13 +131,22 @@ def train_model(
     if rank == 0:
         for stale in remove_stale_temporaries(work_dir):
             logger.info(f"removed {stale.name}, left by a save that was killed midway")
-    json_log = JsonLogWriter(work_dir / f"{timestamp or time.strftime('%Y%m%d_%H%M%S')}.log.json", rank)
+    json_log = JsonLogWriter(
+        work_dir / f"{timestamp or time.strftime('%Y%m%d_%H%M%S')}.log.json", rank
+    )
     seed = cfg.get("seed")
     data_cfg = cfg.data
     # Pinned batches on a GPU (build_dataloader's default with CUDA), none for a CPU run on a GPU machine (gloo).
     pin = None if run_device(distributed).type == "cuda" else False
-    loader = build_dataloader(dataset, data_cfg.samples_per_gpu, data_cfg.workers_per_gpu, dist=distributed,
-                              shuffle=True, seed=seed, pin_memory=pin)
+    loader = build_dataloader(
+        dataset,
+        data_cfg.samples_per_gpu,
+        data_cfg.workers_per_gpu,
+        dist=distributed,
+        shuffle=True,
+        seed=seed,
+        pin_memory=pin,
+    )
     model = wrap_model(model, distributed, bool(_get(cfg, "find_unused_parameters", False)))
     optimizer = build_optimizer(model, cfg.optimizer)
     base_lr = float(cfg.optimizer["lr"])
@@ -125,15 +161,29 @@ def train_model(
     elif cfg.get("load_from"):
         load_checkpoint(cfg.load_from, model)
         logger.info(f"loaded weights from {cfg.load_from}")
-    json_log.write(dict(mode="meta", seed=seed, config=getattr(cfg, "filename", None), max_epochs=state.max_epochs,
-                        iters_per_epoch=state.iters_per_epoch, resumed_epoch=state.epoch))
+    json_log.write(
+        dict(
+            mode="meta",
+            seed=seed,
+            config=getattr(cfg, "filename", None),
+            max_epochs=state.max_epochs,
+            iters_per_epoch=state.iters_per_epoch,
+            resumed_epoch=state.epoch,
+        )
+    )
 
     eval_cfg = _get(cfg, "evaluation", {})
     val_loader = None
     if validate:
-        val_loader = build_dataloader(val_dataset, eval_samples_per_gpu(data_cfg),
-                                      data_cfg.workers_per_gpu, dist=distributed, shuffle=False, seed=seed,
-                                      pin_memory=pin)
+        val_loader = build_dataloader(
+            val_dataset,
+            eval_samples_per_gpu(data_cfg),
+            data_cfg.workers_per_gpu,
+            dist=distributed,
+            shuffle=False,
+            seed=seed,
+            pin_memory=pin,
+        )
     metrics: Dict[str, Any] = dict(before=None, after=None, state=state)
     if validate and state.epoch == 0 and _get(eval_cfg, "before_train", True):
         metrics["before"] = evaluate(model, val_loader, val_dataset, distributed)
@@ -145,12 +195,27 @@ def train_model(
     eval_interval = int(_get(eval_cfg, "interval", 0))
     log_interval = int(_get(_get(cfg, "log_config", {}), "interval", 10))
     if log_interval < 1:
-        raise ValueError(f"log_config.interval: expected an int >= 1 (iterations between log lines), got {log_interval}")
+        raise ValueError(
+            f"log_config.interval: expected an int >= 1 (iterations between log lines), got {log_interval}"
+        )
     grad_clip = _get(_get(cfg, "optimizer_config", {}), "grad_clip", None)
-    logger.info(f"start training: epochs {state.epoch + 1}..{state.max_epochs}, {state.iters_per_epoch} iterations each, "
-                f"work_dir {work_dir}")
+    logger.info(
+        f"start training: epochs {state.epoch + 1}..{state.max_epochs}, {state.iters_per_epoch} iterations each, "
+        f"work_dir {work_dir}"
+    )
     while state.epoch < state.max_epochs:
-        train_one_epoch(model, loader, optimizer, state, lr_config, base_lr, logger, json_log, log_interval, grad_clip)
+        train_one_epoch(
+            model,
+            loader,
+            optimizer,
+            state,
+            lr_config,
+            base_lr,
+            logger,
+            json_log,
+            log_interval,
+            grad_clip,
+        )
         last = state.epoch == state.max_epochs
         if last or (ckpt_interval > 0 and state.epoch % ckpt_interval == 0):
             _save(work_dir, model, optimizer, cfg, state, seed, logger)
@@ -170,14 +235,29 @@ def _own_rng_state(checkpoint: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
     return checkpoint.get("rng")
 
 
-def _save(work_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer, cfg: Any, state: TrainState,
-          seed: Optional[int], logger: logging.Logger) -> None:
+def _save(
+    work_dir: Path,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    cfg: Any,
+    state: TrainState,
+    seed: Optional[int],
+    logger: logging.Logger,
+) -> None:
     rank, world_size = get_dist_info()
-    rng_ranks = all_gather_object_list(get_rng_state())  # every rank's streams, so each resumes its own
+    rng_ranks = all_gather_object_list(
+        get_rng_state()
+    )  # every rank's streams, so each resumes its own
     if rank == 0:
         path = work_dir / f"epoch_{state.epoch}.pth"
-        save_checkpoint(path, model, optimizer, _meta(cfg, state, seed), rng_ranks[0],
-                        rng_ranks if world_size > 1 else None)
+        save_checkpoint(
+            path,
+            model,
+            optimizer,
+            _meta(cfg, state, seed),
+            rng_ranks[0],
+            rng_ranks if world_size > 1 else None,
+        )
         update_latest(path)
         logger.info(f"saved checkpoint {path}")
     barrier()

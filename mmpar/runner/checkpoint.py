@@ -16,6 +16,7 @@ failed save leaves the previous file untouched. ``latest.pth`` names the newest
 checkpoint: a relative symlink where the file system allows, else a copy, both
 switched atomically.
 """
+
 from __future__ import annotations
 
 import os
@@ -145,7 +146,9 @@ def save_checkpoint(
         raise TypeError(f"save_checkpoint: model must be an nn.Module, got {type(model).__name__}")
     if meta is not None and not isinstance(meta, Mapping):
         raise TypeError(f"save_checkpoint: meta must be a dict or None, got {type(meta).__name__}")
-    checkpoint: Dict[str, Any] = dict(meta=dict(meta or {}), state_dict=weights_to_cpu(unwrap_model(model).state_dict()))
+    checkpoint: Dict[str, Any] = dict(
+        meta=dict(meta or {}), state_dict=weights_to_cpu(unwrap_model(model).state_dict())
+    )
     if optimizer is not None:
         checkpoint["optimizer"] = optimizer.state_dict()
     if rng is not None:
@@ -190,12 +193,18 @@ def load_checkpoint(
             f"tensors and plain values, or is not a checkpoint): {str(exc).splitlines()[-1]}"
         ) from None
     except (RuntimeError, EOFError) as exc:  # a truncated or corrupt zip archive
-        raise ValueError(f"checkpoint {str(file)!r}: unreadable, truncated or corrupt ({exc})") from None
+        raise ValueError(
+            f"checkpoint {str(file)!r}: unreadable, truncated or corrupt ({exc})"
+        ) from None
     if not isinstance(checkpoint, dict):
-        raise ValueError(f"checkpoint {str(file)!r}: expected a dict, got {type(checkpoint).__name__}")
+        raise ValueError(
+            f"checkpoint {str(file)!r}: expected a dict, got {type(checkpoint).__name__}"
+        )
     if model is not None:
         if "state_dict" not in checkpoint:
-            raise ValueError(f"checkpoint {str(file)!r}: has no 'state_dict' (keys: {sorted(checkpoint)})")
+            raise ValueError(
+                f"checkpoint {str(file)!r}: has no 'state_dict' (keys: {sorted(checkpoint)})"
+            )
         unwrap_model(model).load_state_dict(checkpoint["state_dict"], strict=strict)
     if optimizer is not None:
         if "optimizer" not in checkpoint:

@@ -1,4 +1,5 @@
 """What tools/train.py and tools/test.py share: reading the config, the launcher, the work dir."""
+
 from __future__ import annotations
 
 import argparse
@@ -8,9 +9,16 @@ from pathlib import Path
 from typing import Any, Mapping, NoReturn, Optional, Sequence
 
 from mmpar.config import Config, DictAction
-from mmpar.dist_utils import LAUNCHERS, init_dist
+from mmpar.dist import LAUNCHERS, init_dist
 
-__all__ = ["add_launcher_args", "add_cfg_options", "load_config", "start_launcher", "resolve_work_dir", "fail"]
+__all__ = [
+    "add_launcher_args",
+    "add_cfg_options",
+    "load_config",
+    "start_launcher",
+    "resolve_work_dir",
+    "fail",
+]
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
@@ -21,16 +29,32 @@ def fail(message: str, code: int = 2) -> NoReturn:
 
 def add_launcher_args(parser: argparse.ArgumentParser) -> None:
     """``--launcher none|pytorch|slurm|mpi`` and ``--local_rank``/``--local-rank`` (old torch.distributed.launch)."""
-    parser.add_argument("--launcher", choices=("none",) + LAUNCHERS, default="none",
-                        help="how the processes were started (none: a single process)")
-    parser.add_argument("--local_rank", "--local-rank", dest="local_rank", type=int, default=None,
-                        help="set by the legacy torch.distributed.launch; LOCAL_RANK is used otherwise")
+    parser.add_argument(
+        "--launcher",
+        choices=("none",) + LAUNCHERS,
+        default="none",
+        help="how the processes were started (none: a single process)",
+    )
+    parser.add_argument(
+        "--local_rank",
+        "--local-rank",
+        dest="local_rank",
+        type=int,
+        default=None,
+        help="set by the legacy torch.distributed.launch; LOCAL_RANK is used otherwise",
+    )
 
 
 def add_cfg_options(parser: argparse.ArgumentParser) -> None:
-    """``--cfg-options key=value ...`` (dotted keys, Python literals; see mmpar.config_action)."""
-    parser.add_argument("--cfg-options", nargs="+", action=DictAction, default={}, metavar="KEY=VALUE",
-                        help="override config entries, e.g. runner.max_epochs=2 data.samples_per_gpu=4")
+    """``--cfg-options key=value ...`` (dotted keys, Python literals; see mmpar.config.dict_action)."""
+    parser.add_argument(
+        "--cfg-options",
+        nargs="+",
+        action=DictAction,
+        default={},
+        metavar="KEY=VALUE",
+        help="override config entries, e.g. runner.max_epochs=2 data.samples_per_gpu=4",
+    )
 
 
 def load_config(path: str, options: Optional[Mapping[str, Any]] = None) -> Config:
@@ -56,7 +80,7 @@ def start_launcher(launcher: str, local_rank: Optional[int], cfg: Config) -> boo
     """Join the process group for ``launcher`` (nothing for ``"none"``).
 
     ``--local_rank`` is exported as ``LOCAL_RANK`` when the environment has none.
-    ``cfg.dist_params`` goes to :func:`mmpar.dist_utils.init_dist`: ``backend``,
+    ``cfg.dist_params`` goes to :func:`mmpar.dist.init_dist`: ``backend``,
     and ``timeout`` (seconds) after which a collective waiting for a dead or
     hung peer fails instead of blocking.
 

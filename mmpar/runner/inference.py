@@ -1,4 +1,5 @@
 """Running a model over a test set, on one device or over a process group, and scoring it."""
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Sequence
@@ -7,7 +8,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from mmpar.dist_utils import collect_results, get_dist_info
+from mmpar.dist import collect_results, get_dist_info
 from mmpar.evaluation import eval_map
 
 __all__ = [
@@ -54,7 +55,7 @@ def multi_gpu_test(model: nn.Module, data_loader: DataLoader) -> List[Any]:
     """Per-image results over a dataset split across the ranks of a process group.
 
     Each rank runs its share (the loader's ``DistributedSampler``), then
-    :func:`mmpar.dist_utils.collect_results` puts every result at its dataset index,
+    :func:`mmpar.dist.collect_results` puts every result at its dataset index,
     dropping the samples the sampler repeated to even out the ranks. Every rank must
     call it (a collective).
 
@@ -70,7 +71,9 @@ def multi_gpu_test(model: nn.Module, data_loader: DataLoader) -> List[Any]:
     results = _run(model, data_loader)
     if len(indices) != len(results):
         rank, _ = get_dist_info()
-        raise ValueError(f"multi_gpu_test: rank {rank} got {len(results)} results for {len(indices)} sampled images")
+        raise ValueError(
+            f"multi_gpu_test: rank {rank} got {len(results)} results for {len(indices)} sampled images"
+        )
     return collect_results(results, len(data_loader.dataset), indices)  # type: ignore[arg-type]
 
 
@@ -84,17 +87,25 @@ def evaluate_map(dataset: Any, results: Sequence[Any], iou_thr: float = 0.5) -> 
         ValueError: the number of results differs from the dataset's length.
     """
     if len(results) != len(dataset):
-        raise ValueError(f"evaluate_map: {len(results)} results for a dataset of {len(dataset)} images")
+        raise ValueError(
+            f"evaluate_map: {len(results)} results for a dataset of {len(dataset)} images"
+        )
     annotations = [dataset.get_ann_info(i) for i in range(len(dataset))]
     classes = getattr(dataset, "CLASSES", None) or None
-    names = list(classes) if classes is not None and results and len(classes) == len(results[0]) else None
+    names = (
+        list(classes)
+        if classes is not None and results and len(classes) == len(results[0])
+        else None
+    )
     mean_ap, per_class = eval_map(list(results), annotations, iou_thr=iou_thr, class_names=names)
     return {"mAP": mean_ap, "per_class": per_class}
 
 
 def run_inference(model: nn.Module, data_loader: DataLoader, distributed: bool) -> List[Any]:
     """Per-image results over the whole dataset, in dataset order (every rank's, when distributed)."""
-    return multi_gpu_test(model, data_loader) if distributed else single_gpu_test(model, data_loader)
+    return (
+        multi_gpu_test(model, data_loader) if distributed else single_gpu_test(model, data_loader)
+    )
 
 
 def class_rows(metrics: Dict[str, Any]) -> List[str]:

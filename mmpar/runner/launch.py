@@ -1,4 +1,5 @@
 """Putting a model on its device(s): MMDataParallel for one device, MMDistributedDataParallel in a group."""
+
 from __future__ import annotations
 
 import logging
@@ -30,14 +31,18 @@ def run_device(distributed: bool) -> torch.device:
         return torch.device("cpu")
     if distributed:
         if not (dist.is_available() and dist.is_initialized()):
-            raise RuntimeError("run_device: distributed=True but no process group exists; call mmpar.dist_utils.init_dist first")
+            raise RuntimeError(
+                "run_device: distributed=True but no process group exists; call mmpar.dist.init_dist first"
+            )
         if "nccl" not in str(dist.get_backend()):
             return torch.device("cpu")
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cuda", 0)
 
 
-def wrap_model(model: nn.Module, distributed: bool, find_unused_parameters: bool = False) -> nn.Module:
+def wrap_model(
+    model: nn.Module, distributed: bool, find_unused_parameters: bool = False
+) -> nn.Module:
     """Wrap ``model`` for training or testing.
 
     * ``distributed`` (a process group exists): :class:`MMDistributedDataParallel`,
@@ -53,15 +58,24 @@ def wrap_model(model: nn.Module, distributed: bool, find_unused_parameters: bool
     """
     group = dist.is_available() and dist.is_initialized()
     if distributed and not group:
-        raise RuntimeError("wrap_model: distributed=True but no process group exists; call mmpar.dist_utils.init_dist first")
+        raise RuntimeError(
+            "wrap_model: distributed=True but no process group exists; call mmpar.dist.init_dist first"
+        )
     cuda = run_device(distributed).type == "cuda"
     if has_sync_batchnorm(model) and not (distributed and cuda):
-        model = revert_sync_batchnorm(model, "no process group" if not distributed else "SyncBatchNorm needs CUDA; this run is on the CPU")
+        model = revert_sync_batchnorm(
+            model,
+            "no process group"
+            if not distributed
+            else "SyncBatchNorm needs CUDA; this run is on the CPU",
+        )
     if distributed:
         if cuda:
             device = torch.cuda.current_device()
             return MMDistributedDataParallel(
-                model.cuda(device), device_ids=[device], broadcast_buffers=False,
+                model.cuda(device),
+                device_ids=[device],
+                broadcast_buffers=False,
                 find_unused_parameters=find_unused_parameters,
             )
         return MMDistributedDataParallel(model, find_unused_parameters=find_unused_parameters)
@@ -70,8 +84,12 @@ def wrap_model(model: nn.Module, distributed: bool, find_unused_parameters: bool
     return MMDataParallel(model, device_ids=["cpu"])
 
 
-def scale_lr(optimizer_cfg: Any, auto_scale_lr: Optional[Mapping[str, Any]], total_batch_size: int,
-             logger: Optional[logging.Logger] = None) -> float:
+def scale_lr(
+    optimizer_cfg: Any,
+    auto_scale_lr: Optional[Mapping[str, Any]],
+    total_batch_size: int,
+    logger: Optional[logging.Logger] = None,
+) -> float:
     """Scale ``optimizer_cfg["lr"]`` in place by ``total_batch_size / base_batch_size`` (linear rule).
 
     Args:
@@ -86,7 +104,9 @@ def scale_lr(optimizer_cfg: Any, auto_scale_lr: Optional[Mapping[str, Any]], tot
     Raises:
         ValueError: ``auto_scale_lr`` is missing or has no positive int ``base_batch_size``.
     """
-    base = (auto_scale_lr or {}).get("base_batch_size") if isinstance(auto_scale_lr, Mapping) else None
+    base = (
+        (auto_scale_lr or {}).get("base_batch_size") if isinstance(auto_scale_lr, Mapping) else None
+    )
     if isinstance(base, bool) or not isinstance(base, int) or base < 1:
         raise ValueError(
             "auto_scale_lr: --auto-scale-lr needs auto_scale_lr = dict(base_batch_size=N) in the config "
@@ -95,5 +115,7 @@ def scale_lr(optimizer_cfg: Any, auto_scale_lr: Optional[Mapping[str, Any]], tot
     old = float(optimizer_cfg["lr"])
     optimizer_cfg["lr"] = old * total_batch_size / base
     if logger is not None:
-        logger.info(f"auto_scale_lr: lr {old:g} -> {optimizer_cfg['lr']:g} (batch size {total_batch_size} vs base {base})")
+        logger.info(
+            f"auto_scale_lr: lr {old:g} -> {optimizer_cfg['lr']:g} (batch size {total_batch_size} vs base {base})"
+        )
     return float(optimizer_cfg["lr"])

@@ -9,6 +9,7 @@ and the JSON log (``<timestamp>.log.json``) holds one object per line:
 (``iter`` counts from the start of training), ``{"mode": "val", "epoch": 2,
 "mAP": 0.71}`` after an evaluation, and a first ``{"mode": "meta", ...}`` line.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -25,7 +26,10 @@ _FORMAT = "%(asctime)s - %(name)s - %(levelname)s - %(message)s"
 
 
 def get_logger(
-    name: str = "mmpar", log_file: Optional[Union[str, Path]] = None, level: int = logging.INFO, rank: int = 0
+    name: str = "mmpar",
+    log_file: Optional[Union[str, Path]] = None,
+    level: int = logging.INFO,
+    rank: int = 0,
 ) -> logging.Logger:
     """A logger writing to stdout and, on rank 0, to ``log_file``.
 
@@ -66,8 +70,14 @@ def format_eta(seconds: float) -> str:
 
 
 def format_train_line(
-    epoch: int, inner_iter: int, iters_per_epoch: int, lr: float, eta_s: float,
-    time_s: float, data_time_s: float, log_vars: Mapping[str, float],
+    epoch: int,
+    inner_iter: int,
+    iters_per_epoch: int,
+    lr: float,
+    eta_s: float,
+    time_s: float,
+    data_time_s: float,
+    log_vars: Mapping[str, float],
 ) -> str:
     """One training log line (see the module docstring).
 
@@ -81,7 +91,12 @@ def format_train_line(
         data_time_s: Mean seconds per iteration spent waiting for data.
         log_vars: Averaged losses and other scalars.
     """
-    parts = [f"lr: {lr:.3e}", f"eta: {format_eta(eta_s)}", f"time: {time_s:.3f}", f"data_time: {data_time_s:.3f}"]
+    parts = [
+        f"lr: {lr:.3e}",
+        f"eta: {format_eta(eta_s)}",
+        f"time: {time_s:.3f}",
+        f"data_time: {data_time_s:.3f}",
+    ]
     parts += [f"{k}: {v:.4f}" for k, v in log_vars.items()]
     return f"Epoch [{epoch}][{inner_iter}/{iters_per_epoch}]\t" + ", ".join(parts)
 
@@ -120,7 +135,9 @@ class JsonLogWriter:
             TypeError: ``record`` is not a dict.
         """
         if not isinstance(record, Mapping):
-            raise TypeError(f"JsonLogWriter.write: record must be a dict, got {type(record).__name__}")
+            raise TypeError(
+                f"JsonLogWriter.write: record must be a dict, got {type(record).__name__}"
+            )
         if self.rank != 0:
             return
         line: Dict[str, Any] = _plain(record)

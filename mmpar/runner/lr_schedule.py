@@ -11,6 +11,7 @@
 Because the lr depends only on ``(epoch, iteration)``, a resumed run follows
 the same schedule as an uninterrupted one.
 """
+
 from __future__ import annotations
 
 import math
@@ -34,25 +35,47 @@ def check_lr_config(lr_config: Optional[Mapping[str, Any]]) -> dict:
     if lr_config is None:
         return dict(policy="fixed", warmup=None, warmup_iters=0, warmup_ratio=1.0)
     if not isinstance(lr_config, Mapping):
-        raise TypeError(f"lr_config: expected a dict such as dict(policy='step', step=[8]), got {type(lr_config).__name__}")
-    cfg = dict(policy="fixed", warmup=None, warmup_iters=0, warmup_ratio=0.1, gamma=0.1, step=[], min_lr=0.0)
+        raise TypeError(
+            f"lr_config: expected a dict such as dict(policy='step', step=[8]), got {type(lr_config).__name__}"
+        )
+    cfg = dict(
+        policy="fixed",
+        warmup=None,
+        warmup_iters=0,
+        warmup_ratio=0.1,
+        gamma=0.1,
+        step=[],
+        min_lr=0.0,
+    )
     cfg.update(lr_config)
     if cfg["policy"] not in _POLICIES:
-        raise ValueError(f"lr_config.policy: expected one of {list(_POLICIES)}, got {cfg['policy']!r}")
+        raise ValueError(
+            f"lr_config.policy: expected one of {list(_POLICIES)}, got {cfg['policy']!r}"
+        )
     if cfg["warmup"] not in _WARMUPS:
-        raise ValueError(f"lr_config.warmup: expected one of {list(_WARMUPS)}, got {cfg['warmup']!r}")
+        raise ValueError(
+            f"lr_config.warmup: expected one of {list(_WARMUPS)}, got {cfg['warmup']!r}"
+        )
     steps = [cfg["step"]] if isinstance(cfg["step"], int) else list(cfg["step"])
     if not all(isinstance(s, int) and s >= 0 for s in steps):
-        raise ValueError(f"lr_config.step: expected an epoch or list of epochs (ints >= 0), got {cfg['step']!r}")
+        raise ValueError(
+            f"lr_config.step: expected an epoch or list of epochs (ints >= 0), got {cfg['step']!r}"
+        )
     cfg["step"] = sorted(steps)
     if not isinstance(cfg["warmup_iters"], int) or cfg["warmup_iters"] < 0:
-        raise ValueError(f"lr_config.warmup_iters: expected an int >= 0, got {cfg['warmup_iters']!r}")
+        raise ValueError(
+            f"lr_config.warmup_iters: expected an int >= 0, got {cfg['warmup_iters']!r}"
+        )
     if not 0 < float(cfg["warmup_ratio"]) <= 1:
-        raise ValueError(f"lr_config.warmup_ratio: expected a number in (0, 1], got {cfg['warmup_ratio']!r}")
+        raise ValueError(
+            f"lr_config.warmup_ratio: expected a number in (0, 1], got {cfg['warmup_ratio']!r}"
+        )
     return cfg
 
 
-def scheduled_lr(base_lr: float, lr_config: Mapping[str, Any], epoch: int, iteration: int, max_iters: int) -> float:
+def scheduled_lr(
+    base_lr: float, lr_config: Mapping[str, Any], epoch: int, iteration: int, max_iters: int
+) -> float:
     """The learning rate of one iteration.
 
     Args:
@@ -70,7 +93,10 @@ def scheduled_lr(base_lr: float, lr_config: Mapping[str, Any], epoch: int, itera
         lr = base_lr * lr_config["gamma"] ** sum(epoch >= s for s in lr_config["step"])
     elif policy == "cosine":
         progress = min(iteration / max(max_iters, 1), 1.0)
-        lr = lr_config["min_lr"] + (base_lr - lr_config["min_lr"]) * (1 + math.cos(math.pi * progress)) / 2
+        lr = (
+            lr_config["min_lr"]
+            + (base_lr - lr_config["min_lr"]) * (1 + math.cos(math.pi * progress)) / 2
+        )
     else:
         lr = base_lr
     warmup, n = lr_config["warmup"], lr_config["warmup_iters"]

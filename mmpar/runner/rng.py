@@ -1,4 +1,5 @@
 """Seeding and the random states a checkpoint carries (python, numpy, torch)."""
+
 from __future__ import annotations
 
 import os
@@ -62,8 +63,13 @@ def get_rng_state() -> Dict[str, Any]:
     kind, keys, pos, has_gauss, gauss = np.random.get_state()
     return dict(
         python=random.getstate(),
-        numpy=dict(kind=str(kind), keys=torch.from_numpy(keys.astype(np.int64)), pos=int(pos),
-                   has_gauss=int(has_gauss), gauss=float(gauss)),
+        numpy=dict(
+            kind=str(kind),
+            keys=torch.from_numpy(keys.astype(np.int64)),
+            pos=int(pos),
+            has_gauss=int(has_gauss),
+            gauss=float(gauss),
+        ),
         torch=torch.get_rng_state(),
         cuda=torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
     )
@@ -79,12 +85,24 @@ def set_rng_state(state: Dict[str, Any]) -> None:
     """
     missing = [k for k in ("python", "numpy", "torch") if k not in state]
     if missing:
-        raise ValueError(f"rng state: missing entries {missing}; expected a dict from get_rng_state()")
+        raise ValueError(
+            f"rng state: missing entries {missing}; expected a dict from get_rng_state()"
+        )
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
     np_state = state["numpy"]
-    keys = np.asarray(np_state["keys"].numpy() if isinstance(np_state["keys"], torch.Tensor) else np_state["keys"])
-    np.random.set_state((np_state["kind"], keys.astype(np.uint32), np_state["pos"], np_state["has_gauss"], np_state["gauss"]))
+    keys = np.asarray(
+        np_state["keys"].numpy() if isinstance(np_state["keys"], torch.Tensor) else np_state["keys"]
+    )
+    np.random.set_state(
+        (
+            np_state["kind"],
+            keys.astype(np.uint32),
+            np_state["pos"],
+            np_state["has_gauss"],
+            np_state["gauss"],
+        )
+    )
     torch.set_rng_state(state["torch"].cpu())
     cuda = state.get("cuda") or []
     if cuda and torch.cuda.is_available() and torch.cuda.device_count() == len(cuda):

@@ -1,4 +1,5 @@
 """The epoch loop: ``train_step``, backward, optimizer step, lr schedule and log lines."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -12,11 +13,10 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DataLoader
 
-from mmpar.data.builder import set_loader_epoch
-from mmpar.dist_utils import collective_device
-
-from .logger import JsonLogWriter, format_train_line
-from .lr_schedule import scheduled_lr, set_lr
+from mmpar.data import set_loader_epoch
+from mmpar.dist import collective_device
+from mmpar.runner.logger import JsonLogWriter, format_train_line
+from mmpar.runner.lr_schedule import scheduled_lr, set_lr
 
 __all__ = ["TrainState", "train_one_epoch"]
 
@@ -44,7 +44,9 @@ class _Meter:
         self.times: List[float] = []
         self.data_times: List[float] = []
 
-    def add(self, log_vars: Mapping[str, float], num_samples: int, time_s: float, data_time_s: float) -> None:
+    def add(
+        self, log_vars: Mapping[str, float], num_samples: int, time_s: float, data_time_s: float
+    ) -> None:
         for k, v in log_vars.items():
             self.sums[k] = self.sums.get(k, 0.0) + float(v) * num_samples
         self.samples += num_samples
@@ -54,7 +56,9 @@ class _Meter:
     def means(self) -> Dict[str, float]:
         """Means over this interval, averaged over the ranks of a process group too."""
         names = list(self.sums)
-        values = torch.tensor([self.sums[k] for k in names] + [float(self.samples)], dtype=torch.float64)
+        values = torch.tensor(
+            [self.sums[k] for k in names] + [float(self.samples)], dtype=torch.float64
+        )
         if dist.is_available() and dist.is_initialized():
             reduced = values.to(collective_device())
             dist.all_reduce(reduced)
@@ -63,7 +67,12 @@ class _Meter:
         return OrderedDict((k, float(values[i]) / total) for i, k in enumerate(names))
 
 
-def _backward_step(loss: torch.Tensor, optimizer: torch.optim.Optimizer, model: nn.Module, grad_clip: Optional[Mapping[str, Any]]) -> None:
+def _backward_step(
+    loss: torch.Tensor,
+    optimizer: torch.optim.Optimizer,
+    model: nn.Module,
+    grad_clip: Optional[Mapping[str, Any]],
+) -> None:
     optimizer.zero_grad()
     loss.backward()
     if grad_clip:
@@ -110,7 +119,9 @@ def train_one_epoch(
         _backward_step(outputs["loss"], optimizer, model, grad_clip)
         state.iter += 1
         now = time.perf_counter()
-        meter.add(outputs.get("log_vars", {}), int(outputs.get("num_samples", 1)), now - last, data_time)
+        meter.add(
+            outputs.get("log_vars", {}), int(outputs.get("num_samples", 1)), now - last, data_time
+        )
         last = now
         if (i + 1) % log_interval == 0 or i + 1 == n:
             _log(meter, state, i + 1, n, lr, logger, json_log)
@@ -118,15 +129,30 @@ def train_one_epoch(
     state.epoch += 1
 
 
-def _log(meter: _Meter, state: TrainState, inner: int, n: int, lr: float,
-         logger: logging.Logger, json_log: Optional[JsonLogWriter]) -> None:
+def _log(
+    meter: _Meter,
+    state: TrainState,
+    inner: int,
+    n: int,
+    lr: float,
+    logger: logging.Logger,
+    json_log: Optional[JsonLogWriter],
+) -> None:
     log_vars = meter.means()
     iter_time = sum(meter.times) / len(meter.times)
     data_time = sum(meter.data_times) / len(meter.data_times)
     eta = iter_time * (state.max_iters - state.iter)
-    logger.info(format_train_line(state.epoch + 1, inner, n, lr, eta, iter_time, data_time, log_vars))
+    logger.info(
+        format_train_line(state.epoch + 1, inner, n, lr, eta, iter_time, data_time, log_vars)
+    )
     if json_log is not None:
-        record: Dict[str, Any] = dict(mode="train", epoch=state.epoch + 1, iter=state.iter, lr=lr,
-                                      time=iter_time, data_time=data_time)
+        record: Dict[str, Any] = dict(
+            mode="train",
+            epoch=state.epoch + 1,
+            iter=state.iter,
+            lr=lr,
+            time=iter_time,
+            data_time=data_time,
+        )
         record.update(log_vars)
         json_log.write(record)

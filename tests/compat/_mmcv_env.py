@@ -51,6 +51,7 @@ CI installs mmcv 1.7.2 (pure Python, no compiled ops) and mmdet 2.28.2 with
     image with at least one box. ``classes`` is the category names, for
     ``CocoDataset(classes=...)`` (its default is COCO's 80 classes).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -105,7 +106,8 @@ def _major(version: Optional[str]) -> Optional[str]:
 
 
 requires_mmcv = pytest.mark.skipif(
-    _major(mmcv_version()) != "1", reason=f"needs mmcv 1.x (installed: {mmcv_version()}); see .ci/install_mmcv.sh"
+    _major(mmcv_version()) != "1",
+    reason=f"needs mmcv 1.x (installed: {mmcv_version()}); see .ci/install_mmcv.sh",
 )
 requires_mmdet = pytest.mark.skipif(
     _major(mmcv_version()) != "1" or _major(mmdet_version()) != "2",

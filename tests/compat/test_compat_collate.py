@@ -5,6 +5,7 @@ mmdet's CocoDataset and standard train pipeline emit ``mmcv.parallel.DataContain
 mmpar's class, and mmpar's ``scatter`` / ``scatter_kwargs`` / ``to_device`` take
 batches of mmcv containers like batches of mmpar's.
 """
+
 from __future__ import annotations
 
 from functools import partial
@@ -31,24 +32,32 @@ def assert_same_value(got, want, where: str) -> None:
     """Deep equality of collated data: tensors (torch.equal, dtype), arrays, dicts, sequences."""
     if isinstance(want, torch.Tensor):
         assert isinstance(got, torch.Tensor), f"{where}: {type(got)} is not a tensor"
-        assert got.dtype == want.dtype and got.shape == want.shape, f"{where}: {got.dtype}{tuple(got.shape)} vs {want.dtype}{tuple(want.shape)}"
+        assert got.dtype == want.dtype and got.shape == want.shape, (
+            f"{where}: {got.dtype}{tuple(got.shape)} vs {want.dtype}{tuple(want.shape)}"
+        )
         assert torch.equal(got, want), f"{where}: tensors differ"
     elif isinstance(want, np.ndarray):
         assert isinstance(got, np.ndarray) and got.dtype == want.dtype, f"{where}: {type(got)}"
         np.testing.assert_array_equal(got, want, err_msg=where)
     elif isinstance(want, dict):
-        assert isinstance(got, dict) and set(got) == set(want), f"{where}: keys {sorted(got)} vs {sorted(want)}"
+        assert isinstance(got, dict) and set(got) == set(want), (
+            f"{where}: keys {sorted(got)} vs {sorted(want)}"
+        )
         for key in want:
             assert_same_value(got[key], want[key], f"{where}[{key!r}]")
     elif isinstance(want, (list, tuple)):
-        assert type(got) is type(want) and len(got) == len(want), f"{where}: {type(got)} len {len(got)} vs {len(want)}"
+        assert type(got) is type(want) and len(got) == len(want), (
+            f"{where}: {type(got)} len {len(got)} vs {len(want)}"
+        )
         for i, (g, w) in enumerate(zip(got, want)):
             assert_same_value(g, w, f"{where}[{i}]")
     else:
         assert type(got) is type(want) and got == want, f"{where}: {got!r} vs {want!r}"
 
 
-def assert_same_batch(got: dict, want: dict, mmcv_dc: type, own_pad_dims: Optional[dict] = None) -> int:
+def assert_same_batch(
+    got: dict, want: dict, mmcv_dc: type, own_pad_dims: Optional[dict] = None
+) -> int:
     """``got`` (mmpar) holds mmpar containers where ``want`` (mmcv) holds mmcv's, equal in all else.
 
     mmcv's collate drops the samples' ``pad_dims``: its batched containers always
@@ -64,9 +73,13 @@ def assert_same_batch(got: dict, want: dict, mmcv_dc: type, own_pad_dims: Option
         assert type(dc) is mmpar.DataContainer and not isinstance(dc, mmcv_dc), f"{key}: {type(dc)}"
         for flag in FLAGS:
             if flag == "pad_dims" and key in own_pad_dims:
-                assert ref.pad_dims == 2 and dc.pad_dims == own_pad_dims[key], f"{key}.pad_dims: {dc.pad_dims!r}"
+                assert ref.pad_dims == 2 and dc.pad_dims == own_pad_dims[key], (
+                    f"{key}.pad_dims: {dc.pad_dims!r}"
+                )
                 continue
-            assert getattr(dc, flag) == getattr(ref, flag), f"{key}.{flag}: {getattr(dc, flag)!r} vs {getattr(ref, flag)!r}"
+            assert getattr(dc, flag) == getattr(ref, flag), (
+                f"{key}.{flag}: {getattr(dc, flag)!r} vs {getattr(ref, flag)!r}"
+            )
         assert_same_value(dc.data, ref.data, key)
     return len(want)
 
@@ -78,7 +91,9 @@ def coco_dataset(tmp_path_factory):
 
     ann_file, img_prefix, classes = write_small_coco(tmp_path_factory.mktemp("coco"))
     # flip_ratio 1.0: every sample flipped, so every loader sees identical samples.
-    return CocoDataset(ann_file, mmdet_train_pipeline(flip_ratio=1.0), img_prefix=img_prefix, classes=classes)
+    return CocoDataset(
+        ann_file, mmdet_train_pipeline(flip_ratio=1.0), img_prefix=img_prefix, classes=classes
+    )
 
 
 @requires_mmdet
@@ -93,7 +108,11 @@ def test_small_coco_set_goes_through_the_mmdet_pipeline(coco_dataset) -> None:
     meta = sample["img_metas"].data
     assert meta["flip"] is True and meta["ori_shape"] == (72, 40, 3)
     assert sample["img"].data.shape[1] % 32 == 0 and sample["img"].data.shape[2] % 32 == 0
-    assert sample["img"].stack and sample["img_metas"].cpu_only and sample["gt_bboxes"].data.shape == (1, 4)
+    assert (
+        sample["img"].stack
+        and sample["img_metas"].cpu_only
+        and sample["gt_bboxes"].data.shape == (1, 4)
+    )
 
 
 @requires_mmdet
@@ -105,8 +124,14 @@ def test_mmpar_collate_of_mmdet_samples_equals_mmcv_collate(coco_dataset, num_wo
     # batch_size 3 with 2 samples per GPU: chunks of 2 and 1, and a last batch of 2.
     def loader(collate_fn, workers):
         extra = dict(timeout=60) if workers else {}
-        return DataLoader(coco_dataset, batch_size=3, shuffle=False, num_workers=workers,
-                          collate_fn=partial(collate_fn, samples_per_gpu=2), **extra)
+        return DataLoader(
+            coco_dataset,
+            batch_size=3,
+            shuffle=False,
+            num_workers=workers,
+            collate_fn=partial(collate_fn, samples_per_gpu=2),
+            **extra,
+        )
 
     want = list(loader(mmcv_collate, 0))
     got = list(loader(mmpar.collate, num_workers))
@@ -123,15 +148,22 @@ def _mmcv_samples(mmcv_dc: type) -> list:
     """Samples of hand-made mmcv containers: every kind of field mmcv knows."""
     samples = []
     for i, (h, w) in enumerate([(20, 30), (33, 17), (8, 8), (40, 12)]):
-        samples.append(dict(
-            img=mmcv_dc(torch.full((3, h, w), float(i + 1)), stack=True, padding_value=-1),
-            img_metas=mmcv_dc(dict(index=i, img_shape=(h, w, 3)), cpu_only=True),
-            gt_bboxes=mmcv_dc(torch.arange(4 * (i + 1), dtype=torch.float32).reshape(-1, 4)),
-            seg=mmcv_dc(torch.full((1, h, w), i, dtype=torch.long), stack=True, padding_value=255, pad_dims=2),
-            vec=mmcv_dc(torch.full((2, 5 + i), float(i)), stack=True, pad_dims=1),
-            whole=mmcv_dc(torch.ones(2, 3) * i, stack=True, pad_dims=None),
-            label=torch.tensor(i),
-        ))
+        samples.append(
+            dict(
+                img=mmcv_dc(torch.full((3, h, w), float(i + 1)), stack=True, padding_value=-1),
+                img_metas=mmcv_dc(dict(index=i, img_shape=(h, w, 3)), cpu_only=True),
+                gt_bboxes=mmcv_dc(torch.arange(4 * (i + 1), dtype=torch.float32).reshape(-1, 4)),
+                seg=mmcv_dc(
+                    torch.full((1, h, w), i, dtype=torch.long),
+                    stack=True,
+                    padding_value=255,
+                    pad_dims=2,
+                ),
+                vec=mmcv_dc(torch.full((2, 5 + i), float(i)), stack=True, pad_dims=1),
+                whole=mmcv_dc(torch.ones(2, 3) * i, stack=True, pad_dims=None),
+                label=torch.tensor(i),
+            )
+        )
     return samples
 
 
@@ -179,7 +211,10 @@ def test_scatter_and_to_device_take_mmcv_batches() -> None:
     got = mmpar.scatter(mmcv_batch, targets)
     want = mmpar.scatter(mmpar_batch, targets)
     assert_same_value(got, want, "scatter")
-    assert got[1]["img_metas"] == [dict(index=2, img_shape=(8, 8, 3)), dict(index=3, img_shape=(40, 12, 3))]
+    assert got[1]["img_metas"] == [
+        dict(index=2, img_shape=(8, 8, 3)),
+        dict(index=3, img_shape=(40, 12, 3)),
+    ]
     assert isinstance(got[0]["img"], torch.Tensor) and got[0]["img"].shape == (2, 3, 33, 30)
 
     got_args, got_kwargs = mmpar.scatter_kwargs((mmcv_batch["img"],), dict(mmcv_batch), targets)
@@ -189,7 +224,13 @@ def test_scatter_and_to_device_take_mmcv_batches() -> None:
 
     one = mmcv_collate(_mmcv_samples(MmcvDC), samples_per_gpu=4)
     moved = mmpar.to_device(one, "cpu")
-    assert_same_value(moved, mmpar.to_device(mmpar.collate(_mmcv_samples(mmpar.DataContainer), samples_per_gpu=4), "cpu"), "to_device")
+    assert_same_value(
+        moved,
+        mmpar.to_device(
+            mmpar.collate(_mmcv_samples(mmpar.DataContainer), samples_per_gpu=4), "cpu"
+        ),
+        "to_device",
+    )
     assert not any(isinstance(v, (MmcvDC, mmpar.DataContainer)) for v in moved.values())
 
 
@@ -200,6 +241,11 @@ def test_pin_memory_takes_mmcv_batches() -> None:
     from mmcv.parallel import collate as mmcv_collate
 
     pinned = mmpar.pin_memory(mmcv_collate(_mmcv_samples(MmcvDC), samples_per_gpu=2))
-    assert type(pinned["img"]) is mmpar.DataContainer and type(pinned["img_metas"]) is mmpar.DataContainer
-    assert all(t.is_pinned() for t in pinned["img"].data + [b for c in pinned["gt_bboxes"].data for b in c])
+    assert (
+        type(pinned["img"]) is mmpar.DataContainer
+        and type(pinned["img_metas"]) is mmpar.DataContainer
+    )
+    assert all(
+        t.is_pinned() for t in pinned["img"].data + [b for c in pinned["gt_bboxes"].data for b in c]
+    )
     assert pinned["img_metas"].cpu_only and pinned["img_metas"].data[0][0]["index"] == 0

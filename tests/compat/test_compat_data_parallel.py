@@ -3,6 +3,7 @@
 The module inside gets plain tensors and lists: no container of either class
 reaches it, in ``train_step``, ``val_step`` or ``forward``.
 """
+
 from __future__ import annotations
 
 from typing import List
@@ -76,12 +77,14 @@ def mmcv_batch(n: int = 3):
     samples = []
     for i in range(n):
         h, w = 10 + 3 * i, 14 - i
-        samples.append(dict(
-            img=MmcvDC(torch.rand(3, h, w), stack=True),
-            img_metas=MmcvDC(dict(index=i, img_shape=(h, w, 3)), cpu_only=True),
-            gt_bboxes=MmcvDC(torch.rand(i + 1, 4)),
-            gt_labels=MmcvDC(torch.arange(i + 1)),
-        ))
+        samples.append(
+            dict(
+                img=MmcvDC(torch.rand(3, h, w), stack=True),
+                img_metas=MmcvDC(dict(index=i, img_shape=(h, w, 3)), cpu_only=True),
+                gt_bboxes=MmcvDC(torch.rand(i + 1, 4)),
+                gt_labels=MmcvDC(torch.arange(i + 1)),
+            )
+        )
     # One device: one chunk holding every sample, as mmdet's single-GPU loaders do.
     return samples, mmcv_collate(samples, samples_per_gpu=n)
 

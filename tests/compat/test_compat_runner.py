@@ -5,6 +5,7 @@ OptimizerHook, CheckpointHook and DistSamplerSeedHook trains
 ``mmpar.MMDistributedDataParallel`` for 2 epochs over ``mmpar.build_dataloader(dist=True)``
 on a dataset of two orientation groups.
 """
+
 from __future__ import annotations
 
 import logging
@@ -41,7 +42,9 @@ class GroupedToy(Dataset):
         h, w = (8, 12 + i % 3) if self.flag[i] == 0 else (12 + i % 3, 8)
         return dict(
             img=mmpar.DataContainer(torch.full((3, h, w), i / NUM_SAMPLES), stack=True),
-            img_metas=mmpar.DataContainer(dict(idx=i, flag=int(self.flag[i]), img_shape=(h, w, 3)), cpu_only=True),
+            img_metas=mmpar.DataContainer(
+                dict(idx=i, flag=int(self.flag[i]), img_shape=(h, w, 3)), cpu_only=True
+            ),
             gt_labels=mmpar.DataContainer(torch.tensor([i % 3])),
         )
 
@@ -56,7 +59,9 @@ class ToyDetector(nn.Module):
         img, metas, labels = data["img"], data["img_metas"], data["gt_labels"]
         assert isinstance(img, torch.Tensor) and img.dim() == 4, type(img)
         assert isinstance(metas, list) and all(isinstance(m, dict) for m in metas), type(metas)
-        assert isinstance(labels, list) and all(isinstance(t, torch.Tensor) for t in labels), type(labels)
+        assert isinstance(labels, list) and all(isinstance(t, torch.Tensor) for t in labels), type(
+            labels
+        )
         logits = self.cls(self.conv(img).mean(dim=(2, 3)))
         loss = nn.functional.cross_entropy(logits, torch.cat(labels))
         return dict(loss=loss, log_vars=dict(loss=float(loss)), num_samples=img.shape[0])
@@ -88,13 +93,21 @@ def _runner_worker(rank: int, world_size: int, work_dir: str) -> Dict:
     torch.manual_seed(0)  # same initial weights on both ranks (DDP also broadcasts them)
 
     def loader():
-        return mmpar.build_dataloader(GroupedToy(), samples_per_gpu=SAMPLES_PER_GPU, workers_per_gpu=0,
-                                      dist=True, shuffle=True, seed=SEED)
+        return mmpar.build_dataloader(
+            GroupedToy(),
+            samples_per_gpu=SAMPLES_PER_GPU,
+            workers_per_gpu=0,
+            dist=True,
+            shuffle=True,
+            seed=SEED,
+        )
 
     model = mmpar.MMDistributedDataParallel(ToyDetector(), broadcast_buffers=False)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     logger = logging.getLogger(f"mmpar-compat-runner-{rank}")
-    runner = EpochBasedRunner(model, optimizer=optimizer, work_dir=work_dir, logger=logger, max_epochs=2)
+    runner = EpochBasedRunner(
+        model, optimizer=optimizer, work_dir=work_dir, logger=logger, max_epochs=2
+    )
     runner.register_optimizer_hook(dict(grad_clip=None))
     runner.register_hook(CheckpointHook(interval=1))
     runner.register_hook(DistSamplerSeedHook())
@@ -123,7 +136,9 @@ def test_mmcv_runner_trains_mmpar_ddp_with_dist_sampler_seed_hook(tmp_path) -> N
     for rank, res in enumerate(results):
         assert res["epochs"] == 2
         orders = res["orders"]
-        assert len(orders) == 2 and all(len(epoch) == NUM_SAMPLES // (2 * SAMPLES_PER_GPU) for epoch in orders)
+        assert len(orders) == 2 and all(
+            len(epoch) == NUM_SAMPLES // (2 * SAMPLES_PER_GPU) for epoch in orders
+        )
         # DistSamplerSeedHook reached the sampler: epoch 1 is shuffled anew.
         assert orders[0] != orders[1], f"rank {rank} saw the same order in both epochs: {orders[0]}"
         assert res["replayed"] == orders, f"rank {rank}: {res['replayed']} vs {orders}"

@@ -6,6 +6,7 @@ mmpar line is ``patch_mmcv()``. It trains 2 epochs on the small COCO set with 2
 gloo processes under torchrun; a copy without that line trains under
 ``python -m mmpar.compat.run``.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,13 +33,18 @@ TIMEOUT = 180
 def run(cmd: List[str], cwd: Path) -> subprocess.CompletedProcess:
     proc = run_launcher(cmd, timeout=TIMEOUT, cwd=cwd, env=child_env(OMP_NUM_THREADS="1"))
     assert proc.returncode == 0, (
-        f"{cmd} exited {proc.returncode}\nstdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-8000:]}")
+        f"{cmd} exited {proc.returncode}\nstdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-8000:]}"
+    )
     return proc
 
 
 def data_options(tmp_path: Path) -> List[str]:
     ann_file, img_prefix, _ = write_small_coco(tmp_path / "data")
-    return ["--cfg-options", f"data.train.ann_file={ann_file}", f"data.train.img_prefix={img_prefix}"]
+    return [
+        "--cfg-options",
+        f"data.train.ann_file={ann_file}",
+        f"data.train.img_prefix={img_prefix}",
+    ]
 
 
 def check_run(work_dir: Path, world_size: int, wrapper: str) -> None:
@@ -52,12 +58,20 @@ def check_run(work_dir: Path, world_size: int, wrapper: str) -> None:
         assert report["data_container"] == "mmpar.data_container.DataContainer"
         assert report["batch_types"] == ["mmpar.data_container.DataContainer"]
         assert report["collate"].startswith("mmpar.")
-        assert report["model_wrapper"].startswith("mmpar.") and report["model_wrapper"].endswith(wrapper)
+        assert report["model_wrapper"].startswith("mmpar.") and report["model_wrapper"].endswith(
+            wrapper
+        )
     for epoch in (1, 2):
         ckpt = torch.load(work_dir / f"epoch_{epoch}.pth", map_location="cpu", weights_only=False)
         assert ckpt["meta"]["epoch"] == epoch and ckpt["meta"]["CLASSES"] == ("cat", "dog", "bird")
-        assert set(ckpt["state_dict"]) == {"conv.weight", "conv.bias", "cls_head.weight", "cls_head.bias",
-                                           "box_head.weight", "box_head.bias"}
+        assert set(ckpt["state_dict"]) == {
+            "conv.weight",
+            "conv.bias",
+            "cls_head.weight",
+            "cls_head.bias",
+            "box_head.weight",
+            "box_head.bias",
+        }
     (log,) = work_dir.glob("*.log.json")
     records = [json.loads(line) for line in log.read_text().splitlines()]
     train = [r for r in records if r.get("mode") == "train"]
@@ -68,10 +82,26 @@ def check_run(work_dir: Path, world_size: int, wrapper: str) -> None:
 
 def test_mmdet_style_script_trains_under_torchrun_with_two_gloo_processes(tmp_path: Path) -> None:
     work_dir = tmp_path / "work"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
-           "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
-           str(SCRIPT), str(CONFIG), "--work-dir", str(work_dir), "--launcher", "pytorch",
-           *data_options(tmp_path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        "1",
+        "--nproc_per_node",
+        "2",
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(free_port()),
+        str(SCRIPT),
+        str(CONFIG),
+        "--work-dir",
+        str(work_dir),
+        "--launcher",
+        "pytorch",
+        *data_options(tmp_path),
+    ]
     run(cmd, cwd=tmp_path)
     check_run(work_dir, world_size=2, wrapper="MMDistributedDataParallel")
 
@@ -85,7 +115,15 @@ def test_unpatched_script_trains_under_mmpar_compat_run(tmp_path: Path) -> None:
     script = tmp_path / "train_unpatched.py"
     script.write_text(unpatched)
     work_dir = tmp_path / "work"
-    cmd = [sys.executable, "-m", "mmpar.compat.run", str(script), str(CONFIG), "--work-dir", str(work_dir),
-           *data_options(tmp_path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mmpar.compat.run",
+        str(script),
+        str(CONFIG),
+        "--work-dir",
+        str(work_dir),
+        *data_options(tmp_path),
+    ]
     run(cmd, cwd=tmp_path)
     check_run(work_dir, world_size=1, wrapper="MMDataParallel")

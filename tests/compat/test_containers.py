@@ -1,4 +1,5 @@
 """mmcv 1.x's DataContainers go through mmpar's core (no patch) and come out as mmpar's."""
+
 from __future__ import annotations
 
 from typing import Any, Dict, List
@@ -8,7 +9,15 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from mmpar import DataContainer, MMDataParallel, MMDistributedDataParallel, as_container, collate, scatter, to_device
+from mmpar import (
+    DataContainer,
+    MMDataParallel,
+    MMDistributedDataParallel,
+    as_container,
+    collate,
+    scatter,
+    to_device,
+)
 from mmpar.data_container import container_classes
 from mmpar.transfer import pin_memory
 from tests._containers import has_container
@@ -29,7 +38,9 @@ def _samples(dc_cls: type, n: int = 5) -> List[Dict[str, Any]]:
     return [
         {
             "img": dc_cls(torch.rand(3, 10 + i, 14 - i, generator=g), stack=True),
-            "seg": dc_cls(torch.full((1, 6 + i), float(i)), stack=True, padding_value=255, pad_dims=1),
+            "seg": dc_cls(
+                torch.full((1, 6 + i), float(i)), stack=True, padding_value=255, pad_dims=1
+            ),
             "gt_bboxes": dc_cls(torch.rand(i, 4, generator=g)),
             "img_metas": dc_cls({"index": i, "img_shape": (10 + i, 14 - i, 3)}, cpu_only=True),
             "plain": torch.tensor([i]),
@@ -64,7 +75,12 @@ def test_as_container_adopts_mmcv_containers_without_copying(mmcv_parallel: Any)
     foreign = mmcv_parallel.DataContainer(data, stack=True, padding_value=3, pad_dims=1)
     adopted = as_container(foreign)
     assert type(adopted) is DataContainer and adopted.data is data
-    assert (adopted.stack, adopted.padding_value, adopted.cpu_only, adopted.pad_dims) == (True, 3, False, 1)
+    assert (adopted.stack, adopted.padding_value, adopted.cpu_only, adopted.pad_dims) == (
+        True,
+        3,
+        False,
+        1,
+    )
     own = DataContainer(data)
     assert as_container(own) is own
     assert as_container(data) is None and as_container({"data": 1}) is None
@@ -74,7 +90,10 @@ def test_as_container_adopts_mmcv_containers_without_copying(mmcv_parallel: Any)
 def test_an_mmcv_container_mmpar_cannot_hold_is_a_clear_error(mmcv_parallel: Any) -> None:
     # mmcv does not check padding_value; mmpar does, and names the class and the flag.
     bad = mmcv_parallel.DataContainer(torch.zeros(1), stack=True, padding_value="zero")
-    with pytest.raises(TypeError, match=r"cannot adopt mmcv\.parallel\.data_container\.DataContainer.*padding_value"):
+    with pytest.raises(
+        TypeError,
+        match=r"cannot adopt mmcv\.parallel\.data_container\.DataContainer.*padding_value",
+    ):
         as_container(bad)
     with pytest.raises(TypeError, match="padding_value"):
         collate([{"img": bad}])
@@ -85,12 +104,17 @@ def test_collate_of_mmcv_containers_equals_collate_of_mmpar_ones(mmcv_parallel: 
     theirs = collate(_samples(mmcv_parallel.DataContainer), samples_per_gpu=2)
     _assert_same(theirs, ours)
     assert [t.shape for t in theirs["img"].data] == [(2, 3, 11, 14), (2, 3, 13, 12), (1, 3, 14, 10)]
-    assert theirs["seg"].data[2][0, 0, -1] == 4  # pad_dims=1 and padding 255 kept: the last sample fills its chunk
+    assert (
+        theirs["seg"].data[2][0, 0, -1] == 4
+    )  # pad_dims=1 and padding 255 kept: the last sample fills its chunk
 
 
 def test_collate_agrees_with_mmcv_collate_on_mmcv_containers(mmcv_parallel: Any) -> None:
     samples = _samples(mmcv_parallel.DataContainer)
-    ours, theirs = collate(samples, samples_per_gpu=2), mmcv_parallel.collate(samples, samples_per_gpu=2)
+    ours, theirs = (
+        collate(samples, samples_per_gpu=2),
+        mmcv_parallel.collate(samples, samples_per_gpu=2),
+    )
     # mmcv's collate resets pad_dims to its default (2) on the batch; mmpar keeps the samples' 1.
     assert (ours["seg"].pad_dims, theirs["seg"].pad_dims) == (1, 2)
     _assert_same(ours["seg"].data, theirs["seg"].data)
@@ -105,7 +129,9 @@ def test_containers_of_both_libraries_mix_in_one_field(mmcv_parallel: Any) -> No
 
 
 @pytest.mark.parametrize("first_is_container", [True, False])
-def test_a_field_wrapped_in_some_samples_only_names_the_field(mmcv_parallel: Any, first_is_container: bool) -> None:
+def test_a_field_wrapped_in_some_samples_only_names_the_field(
+    mmcv_parallel: Any, first_is_container: bool
+) -> None:
     samples = [{"x": mmcv_parallel.DataContainer(torch.zeros(2))}, {"x": torch.zeros(2)}]
     if not first_is_container:
         samples.reverse()
@@ -114,7 +140,9 @@ def test_a_field_wrapped_in_some_samples_only_names_the_field(mmcv_parallel: Any
 
 
 def test_scatter_of_an_mmcv_collated_batch_equals_scatter_of_mmpar_s(mmcv_parallel: Any) -> None:
-    theirs = scatter(mmcv_parallel.collate(_samples(mmcv_parallel.DataContainer), 2), ["cpu", "cpu", "cpu"])
+    theirs = scatter(
+        mmcv_parallel.collate(_samples(mmcv_parallel.DataContainer), 2), ["cpu", "cpu", "cpu"]
+    )
     ours = scatter(collate(_samples(DataContainer), 2), ["cpu", "cpu", "cpu"])
     assert len(theirs) == 3 and not has_container(theirs)
     _assert_same(theirs, ours)
@@ -146,8 +174,17 @@ class _Detector(nn.Module):
         super().__init__()
         self.scale = nn.Parameter(torch.ones(()))
 
-    def forward(self, img: torch.Tensor, img_metas: list, gt_bboxes: list, seg: torch.Tensor, plain: torch.Tensor) -> dict:
-        assert not has_container([img, img_metas, gt_bboxes, seg, plain]), "a container reached the model"
+    def forward(
+        self,
+        img: torch.Tensor,
+        img_metas: list,
+        gt_bboxes: list,
+        seg: torch.Tensor,
+        plain: torch.Tensor,
+    ) -> dict:
+        assert not has_container([img, img_metas, gt_bboxes, seg, plain]), (
+            "a container reached the model"
+        )
         return {"loss": (img * self.scale).mean(), "n": len(img_metas), "boxes": len(gt_bboxes)}
 
     def train_step(self, data: dict, optimizer: Any) -> dict:
@@ -171,7 +208,9 @@ def one_rank_group() -> Any:
     dist.destroy_process_group()
 
 
-def test_mmdistributeddataparallel_unwraps_an_mmcv_collated_batch(mmcv_parallel: Any, one_rank_group: Any) -> None:
+def test_mmdistributeddataparallel_unwraps_an_mmcv_collated_batch(
+    mmcv_parallel: Any, one_rank_group: Any
+) -> None:
     batch = mmcv_parallel.collate(_samples(mmcv_parallel.DataContainer), samples_per_gpu=5)
     model = MMDistributedDataParallel(_Detector())
     out = model.train_step(batch, None)

@@ -1,4 +1,5 @@
 """mmpar.compat.import_hook.on_import: a callback right after a module is imported."""
+
 from __future__ import annotations
 
 import sys
@@ -28,7 +29,9 @@ def test_the_callback_runs_after_the_module_s_code(module_name: str) -> None:
     assert seen == []
     module = __import__(module_name)
     assert seen == [42] and module.VALUE == 42
-    assert module.__loader__.get_source(module_name).startswith("VALUE = 41")  # the real loader answers
+    assert module.__loader__.get_source(module_name).startswith(
+        "VALUE = 41"
+    )  # the real loader answers
 
 
 def test_a_module_already_imported_gets_the_callback_at_once(module_name: str) -> None:
@@ -43,7 +46,9 @@ def test_a_failing_callback_warns_and_the_import_still_succeeds(module_name: str
         raise KeyError("boom")
 
     on_import(module_name, broken)
-    with pytest.warns(RuntimeWarning, match=rf"hook on import of {module_name} failed: KeyError\('boom'\)"):
+    with pytest.warns(
+        RuntimeWarning, match=rf"hook on import of {module_name} failed: KeyError\('boom'\)"
+    ):
         module = __import__(module_name)
     assert module.VALUE == 42
 

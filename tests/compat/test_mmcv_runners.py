@@ -3,6 +3,7 @@
 Skipped unless mmcv 1.x is importable. ``mmcv.runner`` imports ``torchvision``;
 where it is not installed, a bare module stands in for it during these tests.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -17,7 +18,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from mmpar.data.builder import build_dataloader
+from mmpar.data import build_dataloader
 from mmpar.data.samplers import DistributedGroupSampler
 from tests._dist_helpers import run_workers
 
@@ -69,7 +70,9 @@ class Recorder(torch.nn.Module):
         return dict(loss=self.weight * 0, log_vars={}, num_samples=len(data["idx"]))
 
 
-def _run(runner_mod: Any, kind: str, loader: DataLoader, length: int, tmp_path: Any) -> List[List[int]]:
+def _run(
+    runner_mod: Any, kind: str, loader: DataLoader, length: int, tmp_path: Any
+) -> List[List[int]]:
     """Train a Recorder for ``length`` epochs (or iterations); the flat order of every batch."""
     model = Recorder()
     common = dict(work_dir=str(tmp_path), logger=logging.getLogger("mmpar.tests.mmcv"))
@@ -83,7 +86,10 @@ def _run(runner_mod: Any, kind: str, loader: DataLoader, length: int, tmp_path: 
 
 
 def _by_epoch(batches: List[List[int]], per_epoch: int) -> List[List[int]]:
-    return [[i for b in batches[s : s + per_epoch] for i in b] for s in range(0, len(batches), per_epoch)]
+    return [
+        [i for b in batches[s : s + per_epoch] for i in b]
+        for s in range(0, len(batches), per_epoch)
+    ]
 
 
 @pytest.mark.parametrize("dist", [True, False])
@@ -98,7 +104,9 @@ def test_epoch_runner_with_dist_sampler_seed_hook_reorders_every_epoch(runner_mo
 def test_hook_falls_back_to_batch_sampler_sampler_of_a_hand_built_loader(runner_mod):
     hook = runner_mod.DistSamplerSeedHook()
     sampler = DistributedGroupSampler(Flagged(8), 2, 1, 0, seed=1, batch_sampler=True)
-    loader = DataLoader(Flagged(8), batch_sampler=sampler)  # loader.sampler: torch's SequentialSampler
+    loader = DataLoader(
+        Flagged(8), batch_sampler=sampler
+    )  # loader.sampler: torch's SequentialSampler
     orders = []
     for epoch in range(3):
         hook.before_epoch(types.SimpleNamespace(data_loader=loader, epoch=epoch))

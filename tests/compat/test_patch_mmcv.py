@@ -4,6 +4,7 @@ Patching mutates ``sys.modules``, so every check runs in a fresh interpreter:
 the code below each test is a script run with this checkout on ``PYTHONPATH``
 that prints ``OK`` last; the test asserts its exit code and that line.
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -27,20 +28,34 @@ import mmpar
 """
 
 # The public names of mmcv 1.7.2's mmcv.parallel that mmpar provides.
-NAMES = ["DataContainer", "collate", "scatter", "scatter_kwargs", "MMDataParallel",
-         "MMDistributedDataParallel", "is_module_wrapper"]
+NAMES = [
+    "DataContainer",
+    "collate",
+    "scatter",
+    "scatter_kwargs",
+    "MMDataParallel",
+    "MMDistributedDataParallel",
+    "is_module_wrapper",
+]
 
 
 def run_python(args, cwd=None) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=TIMEOUT,
-                          env=child_env(PYTHONWARNINGS="default"), cwd=cwd)
+    proc = subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env=child_env(PYTHONWARNINGS="default"),
+        cwd=cwd,
+    )
     return proc
 
 
 def check(code: str) -> str:
     proc = run_python(["-c", PRELUDE + textwrap.dedent(code) + "\nprint('OK')\n"])
     assert proc.returncode == 0 and proc.stdout.rstrip().endswith("OK"), (
-        f"exit {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-5000:]}")
+        f"exit {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-5000:]}"
+    )
     return proc.stdout
 
 
@@ -189,7 +204,11 @@ sys.exit(int(sys.argv[-1]))
 def test_run_module_runs_a_script_patched(tmp_path: Path, code: int) -> None:
     script = tmp_path / "user_script.py"
     script.write_text(SCRIPT)
-    proc = run_python(["-m", "mmpar.compat.run", str(script), "--flag", "x y", str(code)], cwd=tmp_path)
-    assert proc.returncode == code, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    proc = run_python(
+        ["-m", "mmpar.compat.run", str(script), "--flag", "x y", str(code)], cwd=tmp_path
+    )
+    assert proc.returncode == code, (
+        f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    )
     assert "name __main__" in proc.stdout
     assert f"argv ['--flag', 'x y', '{code}']" in proc.stdout

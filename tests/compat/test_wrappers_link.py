@@ -3,6 +3,7 @@
 Each case runs in a fresh interpreter, because which of mmpar and mmcv.parallel
 is imported first is the point of the test.
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -68,7 +69,9 @@ print(sorted(torch.load(path, weights_only=True)["state_dict"]))
 
 def _run(body: str) -> str:
     code = _PRELUDE.format(root=str(REPO_ROOT)) + textwrap.dedent(body)
-    proc = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=child_env(), capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout
 
@@ -78,13 +81,17 @@ def _run(body: str) -> str:
     ["import mmpar\nimport mmcv.parallel\n", "import mmcv.parallel\nimport mmpar\n"],
     ids=["mmpar-first", "mmcv-first"],
 )
-@pytest.mark.parametrize("side", [_MMPAR_SIDE, _MMCV_SIDE], ids=["registered-in-mmpar", "registered-in-mmcv-child"])
+@pytest.mark.parametrize(
+    "side", [_MMPAR_SIDE, _MMCV_SIDE], ids=["registered-in-mmpar", "registered-in-mmcv-child"]
+)
 def test_both_sides_unwrap_a_wrapper_registered_on_either_side(order: str, side: str) -> None:
     out = _run(order + side + _CHECK)
     assert out.splitlines() == ["['bias', 'weight']"] * 2
 
 
-@pytest.mark.parametrize("side", [_MMPAR_SIDE, _MMCV_SIDE], ids=["registered-in-mmpar", "registered-in-mmcv-child"])
+@pytest.mark.parametrize(
+    "side", [_MMPAR_SIDE, _MMCV_SIDE], ids=["registered-in-mmpar", "registered-in-mmcv-child"]
+)
 def test_under_patch_mmcv_child_registries_work_and_both_sides_unwrap(side: str) -> None:
     out = _run("from mmpar.compat import patch_mmcv\npatch_mmcv()\n" + side + _CHECK)
     assert out.splitlines() == ["['bias', 'weight']"] * 2

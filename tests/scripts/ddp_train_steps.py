@@ -10,6 +10,7 @@ Usage (mmpar importable, e.g. ``pip install -e .`` or ``PYTHONPATH=.``)::
     python3 -m torch.distributed.run --nproc_per_node=2 --master_port P \
         tests/scripts/ddp_train_steps.py [--steps S]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,7 +36,9 @@ class Detector(nn.Module):
         self.fc2 = nn.Linear(8, 1)
         self.forward_calls = 0
 
-    def forward(self, img: torch.Tensor, gt_bboxes: List[torch.Tensor], img_metas: List[dict]) -> torch.Tensor:
+    def forward(
+        self, img: torch.Tensor, gt_bboxes: List[torch.Tensor], img_metas: List[dict]
+    ) -> torch.Tensor:
         self.forward_calls += 1
         pred = self.fc2(torch.relu(self.fc1(img.mean(dim=(2, 3))))).squeeze(1)
         target = torch.tensor([float(len(b)) for b in gt_bboxes])

@@ -10,6 +10,7 @@ Usage::
 
     python tests/scripts/fault_loader.py --fault kill|exit|hang|none --bad 37 [--timeout 60]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 from torch.utils.data import Dataset  # noqa: E402
 
-from mmpar.data.builder import build_dataloader  # noqa: E402
+from mmpar.data import build_dataloader  # noqa: E402
 from mmpar.data_container import DataContainer  # noqa: E402
 
 
@@ -51,8 +52,10 @@ class Faulty(Dataset):
             elif self.fault == "hang":
                 time.sleep(600)
         size = 8 + index % 8
-        return {"img": DataContainer(torch.full((3, size, size), float(index)), stack=True),
-                "img_metas": DataContainer({"idx": index}, cpu_only=True)}
+        return {
+            "img": DataContainer(torch.full((3, size, size), float(index)), stack=True),
+            "img_metas": DataContainer({"idx": index}, cpu_only=True),
+        }
 
 
 def main() -> int:
@@ -62,8 +65,9 @@ def main() -> int:
     parser.add_argument("--length", type=int, default=64)
     parser.add_argument("--timeout", type=float, default=60.0, help="DataLoader timeout (s)")
     args = parser.parse_args()
-    loader = build_dataloader(Faulty(args.bad, args.fault, args.length), 4, 2, shuffle=False, seed=0,
-                              timeout=args.timeout)
+    loader = build_dataloader(
+        Faulty(args.bad, args.fault, args.length), 4, 2, shuffle=False, seed=0, timeout=args.timeout
+    )
     seen = 0
     for batch in loader:
         indices = [m["idx"] for m in batch["img_metas"].data[0]]

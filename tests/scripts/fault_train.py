@@ -1,6 +1,6 @@
 """A training loop over a gloo process group in which one rank fails on purpose.
 
-Every rank joins the group with ``mmpar.dist_utils.init_dist("pytorch",
+Every rank joins the group with ``mmpar.dist.init_dist("pytorch",
 timeout=...)`` (environment of torchrun, or set by hand), then runs ``--steps``
 DDP train steps of a tiny model, each followed by an ``all_reduce`` of its loss.
 At step ``--fault-step`` rank ``--fault-rank`` fails as ``--fault`` says:
@@ -23,6 +23,7 @@ Usage::
     python -m torch.distributed.run --nproc_per_node=3 tests/scripts/fault_train.py \
         --fault kill --fault-rank 1 --fault-step 5 --timeout 20
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,13 +41,15 @@ from torch import nn  # noqa: E402
 from torch.distributed.elastic.multiprocessing.errors import record  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
-from mmpar.dist_utils import init_dist  # noqa: E402
+from mmpar.dist import init_dist  # noqa: E402
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--fault", choices=("none", "raise", "kill", "exit", "stop"), default="none")
+    parser.add_argument(
+        "--fault", choices=("none", "raise", "kill", "exit", "stop"), default="none"
+    )
     parser.add_argument("--fault-rank", type=int, default=1)
     parser.add_argument("--fault-step", type=int, default=5)
     parser.add_argument("--timeout", type=float, default=30.0, help="process-group timeout (s)")
@@ -90,8 +93,10 @@ def main() -> int:
             elapsed = time.monotonic() - started
             message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             # One write of one line: the ranks share the launcher's pipe.
-            sys.stderr.write(f"rank {rank}: lost a peer at step {step} after {elapsed:.2f} s: "
-                             f"{type(exc).__name__}: {message}\n")
+            sys.stderr.write(
+                f"rank {rank}: lost a peer at step {step} after {elapsed:.2f} s: "
+                f"{type(exc).__name__}: {message}\n"
+            )
             sys.stderr.flush()
             # The group is broken: exit without the destroy/atexit paths that could wait on peers.
             os._exit(1)

@@ -7,6 +7,7 @@ temporary file, flushes them, and the process kills itself, so the kill lands
 inside the save, deterministically. ``after``: the process kills itself right
 after the N-th checkpoint file is complete, before ``latest.pth`` moves to it.
 """
+
 from __future__ import annotations
 
 import io

@@ -10,6 +10,7 @@ in one run, interleaved, medians of several repeats:
 
 Then DataLoader throughput (batches and images per second) with 2 workers.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -29,7 +30,9 @@ TARGET_VS_PAD_STACK = 1.5
 TARGET_VS_FLOOR = {torch.float32: 1.25, torch.uint8: 1.5}
 
 
-def make_images(dtype: torch.dtype, n: int = BATCH, seed: int = 0, scale: float = 1.0) -> List[torch.Tensor]:
+def make_images(
+    dtype: torch.dtype, n: int = BATCH, seed: int = 0, scale: float = 1.0
+) -> List[torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     images = []
     for _ in range(n):
@@ -42,7 +45,9 @@ def make_images(dtype: torch.dtype, n: int = BATCH, seed: int = 0, scale: float 
 
 def pad_then_stack(images: List[torch.Tensor], value: float = 0) -> torch.Tensor:
     shape = padded_shape([t.shape for t in images], 2)
-    padded = [F.pad(t, (0, shape[2] - t.shape[2], 0, shape[1] - t.shape[1]), value=value) for t in images]
+    padded = [
+        F.pad(t, (0, shape[2] - t.shape[2], 0, shape[1] - t.shape[1]), value=value) for t in images
+    ]
     return torch.stack(padded)
 
 
@@ -76,14 +81,20 @@ class _ImageDataset(Dataset):
         return len(self.images)
 
     def __getitem__(self, i: int) -> dict:
-        return {"img": DataContainer(self.images[i], stack=True), "img_metas": DataContainer({"i": i}, cpu_only=True)}
+        return {
+            "img": DataContainer(self.images[i], stack=True),
+            "img_metas": DataContainer({"i": i}, cpu_only=True),
+        }
 
 
 def loader_throughput(images: List[torch.Tensor], epochs: int) -> float:
     """Images per second through a DataLoader with 2 workers collating one chunk of 16."""
     loader = DataLoader(
-        _ImageDataset(images * 4), batch_size=BATCH, num_workers=2,
-        collate_fn=partial(collate, samples_per_gpu=BATCH), persistent_workers=True,
+        _ImageDataset(images * 4),
+        batch_size=BATCH,
+        num_workers=2,
+        collate_fn=partial(collate, samples_per_gpu=BATCH),
+        persistent_workers=True,
     )
     for _ in loader:  # start the workers
         break

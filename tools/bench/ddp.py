@@ -13,6 +13,7 @@ A step is zero_grad, forward, backward (gradient all-reduce) and SGD step. The
 variants alternate step by step (order flipped every round) after a warm-up;
 the figures are the median step times on rank 0 and the overhead is their ratio.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,7 +49,9 @@ def _worker(rank: int, port: int, steps: int, repeats: int) -> Dict[str, List[fl
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD
+    )
     times = _measure(rank, steps, repeats)
     # Both DDPs (their reducers hold the group) are gone once _measure returns; collect
     # any cycles too, since destroying the group first can abort the process at exit.
@@ -78,13 +81,17 @@ def _measure(rank: int, steps: int, repeats: int) -> Dict[str, List[float]]:
             self.fc1 = nn.Linear(SHAPE[0] * SHAPE[1] * SHAPE[2], HIDDEN)
             self.fc2 = nn.Linear(HIDDEN, CLASSES)
 
-        def forward(self, img: torch.Tensor, gt_labels: List[torch.Tensor], img_metas: List[dict]) -> torch.Tensor:
+        def forward(
+            self, img: torch.Tensor, gt_labels: List[torch.Tensor], img_metas: List[dict]
+        ) -> torch.Tensor:
             logits = self.fc2(torch.relu(self.fc1(img.flatten(1))))
             return F.cross_entropy(logits, torch.cat(gt_labels))
 
         def train_step(self, data: Dict[str, Any], optimizer: Any = None) -> Dict[str, Any]:
             loss = self(**data)
-            return dict(loss=loss, log_vars=dict(loss=loss.detach()), num_samples=len(data["img_metas"]))
+            return dict(
+                loss=loss, log_vars=dict(loss=loss.detach()), num_samples=len(data["img_metas"])
+            )
 
     g = torch.Generator().manual_seed(rank)
     samples = [
@@ -131,13 +138,30 @@ def _measure(rank: int, steps: int, repeats: int) -> Dict[str, List[float]]:
 
 def _launch(steps: int, repeats: int, timeout: float) -> Dict[str, List[float]]:
     port = _free_port()
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    )
     env.setdefault("OMP_NUM_THREADS", "1")
     procs = [
         subprocess.Popen(
-            [sys.executable, __file__, "--worker", str(rank), "--port", str(port),
-             "--steps", str(steps), "--repeats", str(repeats)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+            [
+                sys.executable,
+                __file__,
+                "--worker",
+                str(rank),
+                "--port",
+                str(port),
+                "--steps",
+                str(steps),
+                "--repeats",
+                str(repeats),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=ROOT,
         )
         for rank in range(WORLD)
     ]
@@ -184,7 +208,9 @@ def run(quick: bool = False) -> str:
 
 
 def _main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)

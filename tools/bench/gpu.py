@@ -13,6 +13,7 @@
 
 Every timing synchronizes the device; variants alternate, and medians are reported.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -60,17 +61,27 @@ def big_batch(quick: bool) -> List[str]:
     n = 4 if quick else 16
     g = torch.Generator().manual_seed(0)
     img = torch.rand(n, 3, 800, 1333, generator=g).pin_memory()
-    boxes = [torch.rand(int(k), 4, generator=g).pin_memory() for k in torch.randint(1, 101, (n,), generator=g)]
+    boxes = [
+        torch.rand(int(k), 4, generator=g).pin_memory()
+        for k in torch.randint(1, 101, (n,), generator=g)
+    ]
     labels = [torch.randint(0, 80, (b.shape[0],), generator=g).pin_memory() for b in boxes]
     metas = [dict(img_shape=(800, 1333, 3), pad_shape=(800, 1344, 3), idx=i) for i in range(n)]
-    batch = dict(img=DataContainer([img], stack=True), gt_bboxes=DataContainer([boxes]),
-                 gt_labels=DataContainer([labels]), img_metas=DataContainer([metas], cpu_only=True))
+    batch = dict(
+        img=DataContainer([img], stack=True),
+        gt_bboxes=DataContainer([boxes]),
+        gt_labels=DataContainer([labels]),
+        img_metas=DataContainer([metas], cpu_only=True),
+    )
     dev = torch.device("cuda", 0)
-    t = _alternate({
-        "raw": lambda: img.to(dev, non_blocking=True),
-        "images only": lambda: scatter_kwargs((), dict(img=batch["img"]), [0]),
-        "scatter": lambda: scatter_kwargs((), batch, [0]),
-    }, reps=5 if quick else 30)
+    t = _alternate(
+        {
+            "raw": lambda: img.to(dev, non_blocking=True),
+            "images only": lambda: scatter_kwargs((), dict(img=batch["img"]), [0]),
+            "scatter": lambda: scatter_kwargs((), batch, [0]),
+        },
+        reps=5 if quick else 30,
+    )
     gbs = img.numel() * 4 / 1e9
     return [
         "### A pinned detection batch to the GPU",
@@ -111,13 +122,19 @@ def small_tensors(quick: bool) -> List[str]:
         "| method | time | speed-up over the per-tensor loop |",
         "|---|---:|---:|",
     ]
-    names = {"loop": "per-tensor `.to(cuda, non_blocking=True)` loop", "loop (pinned)": "the same loop, pinned sources",
-             "scatter": "`mmpar.scatter(..., [0])`", "to_device_batched": "`to_device_batched`",
-             "cat + one copy": "`torch.cat` + one copy (no views back)"}
+    names = {
+        "loop": "per-tensor `.to(cuda, non_blocking=True)` loop",
+        "loop (pinned)": "the same loop, pinned sources",
+        "scatter": "`mmpar.scatter(..., [0])`",
+        "to_device_batched": "`to_device_batched`",
+        "cat + one copy": "`torch.cat` + one copy (no views back)",
+    }
     for k, label in names.items():
         speed = t["loop"] / t[k]
-        lines.append(f"| {label} | {t[k] * 1e3:.3f} ms | {'**' if k == 'scatter' else ''}{speed:.2f}x"
-                     f"{'**' if k == 'scatter' else ''} |")
+        lines.append(
+            f"| {label} | {t[k] * 1e3:.3f} ms | {'**' if k == 'scatter' else ''}{speed:.2f}x"
+            f"{'**' if k == 'scatter' else ''} |"
+        )
     return lines + [""]
 
 
@@ -128,13 +145,24 @@ class _BigImages(torch.utils.data.Dataset):
         self.n = n
         rng = np.random.default_rng(0)
         self.pool = [rng.integers(0, 256, (800, 1333, 3), dtype=np.uint8) for _ in range(4)]
-        self.pipeline = Compose([
-            dict(type="Normalize", mean=IMAGENET_MEAN, std=IMAGENET_STD, to_rgb=True, on_device=on_device),
-            dict(type="Pad", size_divisor=32),
-            dict(type="DefaultFormatBundle"),
-            dict(type="Collect", keys=["img", "gt_bboxes", "gt_labels"],
-                 meta_keys=["img_shape", "pad_shape", "img_norm_cfg"]),
-        ])
+        self.pipeline = Compose(
+            [
+                dict(
+                    type="Normalize",
+                    mean=IMAGENET_MEAN,
+                    std=IMAGENET_STD,
+                    to_rgb=True,
+                    on_device=on_device,
+                ),
+                dict(type="Pad", size_divisor=32),
+                dict(type="DefaultFormatBundle"),
+                dict(
+                    type="Collect",
+                    keys=["img", "gt_bboxes", "gt_labels"],
+                    meta_keys=["img_shape", "pad_shape", "img_norm_cfg"],
+                ),
+            ]
+        )
 
     def __len__(self) -> int:
         return self.n
@@ -145,8 +173,15 @@ class _BigImages(torch.utils.data.Dataset):
         img = self.pool[i % len(self.pool)][:h, :w]
         k = int(rng.integers(1, 21))
         boxes = rng.uniform(0, min(h, w), (k, 4)).astype(np.float32)
-        results = dict(img=np.ascontiguousarray(img), img_fields=["img"], img_shape=img.shape, ori_shape=img.shape,
-                       gt_bboxes=boxes, gt_labels=rng.integers(0, 80, k), bbox_fields=["gt_bboxes"])
+        results = dict(
+            img=np.ascontiguousarray(img),
+            img_fields=["img"],
+            img_shape=img.shape,
+            ori_shape=img.shape,
+            gt_bboxes=boxes,
+            gt_labels=rng.integers(0, 80, k),
+            bbox_fields=["gt_bboxes"],
+        )
         return self.pipeline(results)
 
 
@@ -156,11 +191,22 @@ def _conv_net() -> nn.Module:
 
         return resnet50(num_classes=80)
     except ImportError:  # a ResNet-like stack of our own
-        layers: List[nn.Module] = [nn.Conv2d(3, 64, 7, 2, 3), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(3, 2, 1)]
+        layers: List[nn.Module] = [
+            nn.Conv2d(3, 64, 7, 2, 3),
+            nn.BatchNorm2d(64),
+            nn.ReLU(),
+            nn.MaxPool2d(3, 2, 1),
+        ]
         cin = 64
         for cout in (256, 512, 1024, 2048):
-            layers += [nn.Conv2d(cin, cout, 3, 2, 1), nn.BatchNorm2d(cout), nn.ReLU(),
-                       nn.Conv2d(cout, cout, 3, 1, 1), nn.BatchNorm2d(cout), nn.ReLU()]
+            layers += [
+                nn.Conv2d(cin, cout, 3, 2, 1),
+                nn.BatchNorm2d(cout),
+                nn.ReLU(),
+                nn.Conv2d(cout, cout, 3, 1, 1),
+                nn.BatchNorm2d(cout),
+                nn.ReLU(),
+            ]
             cin = cout
         return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, 80))
 
@@ -181,8 +227,13 @@ class _Classifier(nn.Module):
         return dict(loss=loss, num_samples=img.shape[0])
 
 
-def _rate(wrapped: nn.Module, optimizer: torch.optim.Optimizer, batches: Any, iters: int,
-          direct: bool = False) -> float:
+def _rate(
+    wrapped: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batches: Any,
+    iters: int,
+    direct: bool = False,
+) -> float:
     """Images/s of ``iters`` steps over ``batches`` (an iterable), after 3 warm-up steps."""
     it = iter(batches)
     step = wrapped.module.train_step if direct else wrapped.train_step
@@ -235,18 +286,33 @@ def pipeline(quick: bool) -> List[str]:
     ]
     ideal_rates = []
     for label, on_device, pin in variants:
-        loader = build_dataloader(_BigImages(n, on_device), 16, 8, shuffle=False, seed=0, pin_memory=pin,
-                                  persistent_workers=False)
+        loader = build_dataloader(
+            _BigImages(n, on_device),
+            16,
+            8,
+            shuffle=False,
+            seed=0,
+            pin_memory=pin,
+            persistent_workers=False,
+        )
         rate = _rate(wrapped, optimizer, loader, iters)
-        alone = _loader_rate(build_dataloader(_BigImages(n, on_device), 16, 8, shuffle=False, seed=0, pin_memory=pin),
-                             iters)
+        alone = _loader_rate(
+            build_dataloader(
+                _BigImages(n, on_device), 16, 8, shuffle=False, seed=0, pin_memory=pin
+            ),
+            iters,
+        )
         if not ideal_rates:  # the ideal: the same batches, already on the GPU, normalized
             cached = [wrapped.scatter((b,), {}, [0])[0][0][0] for b in itertools.islice(loader, 4)]
             ideal_rates.append(_rate(wrapped, optimizer, _cycle(cached), iters, direct=True))
         pin_label = "default (pinned with CUDA)" if pin is None else str(pin)
         rows.append((label, pin_label, rate, alone))
     ideal = ideal_rates[0]
-    net = "torchvision ResNet-50" if "resnet" in type(model.net).__name__.lower() else "own ResNet-like net"
+    net = (
+        "torchvision ResNet-50"
+        if "resnet" in type(model.net).__name__.lower()
+        else "own ResNet-like net"
+    )
     lines = [
         f"### Input pipeline vs ideal: {net}, bf16 autocast, SGD",
         "",
@@ -258,7 +324,9 @@ def pipeline(quick: bool) -> List[str]:
         "|---|---|---:|---:|---:|",
     ]
     for label, pin_label, rate, alone in rows:
-        lines.append(f"| {label} | {pin_label} | {rate:.0f} | **{rate / ideal:.2f}** | {alone:.0f} |")
+        lines.append(
+            f"| {label} | {pin_label} | {rate:.0f} | **{rate / ideal:.2f}** | {alone:.0f} |"
+        )
     return lines + [""]
 
 
@@ -266,7 +334,8 @@ def example_config(quick: bool) -> List[str]:
     from pathlib import Path
 
     from mmpar.config import Config
-    from mmpar.models.builder import build_dataset, build_model, build_optimizer
+    from mmpar.data import build_dataset
+    from mmpar.models import build_model, build_optimizer
     from mmpar.runner.launch import wrap_model
 
     path = Path(__file__).resolve().parents[2] / "configs" / "tiny_det" / "tiny_det_synthetic.py"
@@ -277,7 +346,9 @@ def example_config(quick: bool) -> List[str]:
         torch.manual_seed(0)
         model = wrap_model(build_model(cfg.model), distributed=False)
         optimizer = build_optimizer(model, cfg.optimizer)
-        loader = build_dataloader(dataset, cfg.data.samples_per_gpu, workers, seed=0, persistent_workers=workers > 0)
+        loader = build_dataloader(
+            dataset, cfg.data.samples_per_gpu, workers, seed=0, persistent_workers=workers > 0
+        )
         iters = min(len(loader) - 3, 4 if quick else 13)
         rate = _rate(model, optimizer, loader, iters)
         cached = [model.scatter((b,), {}, [0])[0][0][0] for b in itertools.islice(loader, 4)]

@@ -18,6 +18,7 @@ per-round medians and their ratio. Without it only this tree is measured. When
 mmcv 1.x is installed, the same batch built from mmcv's containers (adopted by
 mmpar as they come) is measured on this tree too.
 """
+
 from __future__ import annotations
 
 import json
@@ -88,7 +89,9 @@ print(json.dumps(out))
 
 def _export(rev: str, into: str) -> str:
     """``mmpar/`` of ``rev`` unpacked into ``into``; returns the tree's root."""
-    data = subprocess.run(["git", "archive", rev, "mmpar"], cwd=ROOT, capture_output=True, check=True).stdout
+    data = subprocess.run(
+        ["git", "archive", rev, "mmpar"], cwd=ROOT, capture_output=True, check=True
+    ).stdout
     with tarfile.open(fileobj=BytesIO(data)) as tar:
         tar.extractall(into, filter="data")
     return into
@@ -97,8 +100,20 @@ def _export(rev: str, into: str) -> str:
 def _measure(tree: str, quick: bool, foreign: bool = False) -> Dict[str, float]:
     env = dict(os.environ, PYTHONPATH=tree, OMP_NUM_THREADS="1")
     proc = subprocess.run(
-        [sys.executable, "-W", "ignore", "-c", _WORKER, "1" if quick else "0", "1" if foreign else "0"],
-        env=env, cwd=tree, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-W",
+            "ignore",
+            "-c",
+            _WORKER,
+            "1" if quick else "0",
+            "1" if foreign else "0",
+        ],
+        env=env,
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     if proc.returncode != 0:
         raise RuntimeError(f"hotpath worker on {tree} failed:\n{proc.stderr[-2000:]}")
@@ -132,7 +147,11 @@ def run(quick: bool = False, baseline: Optional[str] = None) -> str:
             order = list(trees.items()) if r % 2 == 0 else list(reversed(trees.items()))
             for name, tree in order:
                 results[name].append(_measure(tree, quick))
-        foreign = _medians([_measure(str(ROOT), quick, foreign=True) for _ in range(rounds)]) if _has_mmcv1() else None
+        foreign = (
+            _medians([_measure(str(ROOT), quick, foreign=True) for _ in range(rounds)])
+            if _has_mmcv1()
+            else None
+        )
     med = {name: _medians(rs) for name, rs in results.items()}
     names = list(trees)
     header = "| case | " + " | ".join(f"{n} (us)" for n in names)
@@ -143,7 +162,8 @@ def run(quick: bool = False, baseline: Optional[str] = None) -> str:
         "## Hot path: collate and scatter per batch",
         "",
         f"CPU, 1 thread, child processes; medians of {rounds} rounds"
-        + (f", this tree and `{baseline}` alternating" if baseline else "") + ".",
+        + (f", this tree and `{baseline}` alternating" if baseline else "")
+        + ".",
         "",
         header,
         "|" + "---|" * (header.count("|") - 1),
@@ -160,8 +180,11 @@ def run(quick: bool = False, baseline: Optional[str] = None) -> str:
         lines.append(row + " |")
     if baseline:
         met = all(verdicts)
-        lines += ["", f"- Target: this tree at most {TARGET_SLOWDOWN:.0%} slower than `{baseline}` on every case: "
-                  f"**{'met' if met else 'NOT met'}**"]
+        lines += [
+            "",
+            f"- Target: this tree at most {TARGET_SLOWDOWN:.0%} slower than `{baseline}` on every case: "
+            f"**{'met' if met else 'NOT met'}**",
+        ]
     return "\n".join(lines) + "\n"
 
 

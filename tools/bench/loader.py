@@ -6,6 +6,7 @@ DataContainers), 8 samples per GPU, 2 workers, for random batching, orientation
 grouping and size-aware grouping; side by side in one run (variants alternate
 epoch by epoch), median images/s over epochs, plus the epoch's padded share.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -31,9 +32,12 @@ def run(quick: bool = False) -> str:
     dataset = SyntheticShapes(num_samples=n)
     loaders = {
         "random batching": _random_loader(dataset),
-        "orientation grouping": build_dataloader(dataset, SAMPLES_PER_GPU, WORKERS, seed=0, persistent_workers=True),
-        "size-aware grouping": build_dataloader(dataset, SAMPLES_PER_GPU, WORKERS, seed=0, persistent_workers=True,
-                                                size_aware=True),
+        "orientation grouping": build_dataloader(
+            dataset, SAMPLES_PER_GPU, WORKERS, seed=0, persistent_workers=True
+        ),
+        "size-aware grouping": build_dataloader(
+            dataset, SAMPLES_PER_GPU, WORKERS, seed=0, persistent_workers=True, size_aware=True
+        ),
     }
     rates: Dict[str, List[float]] = {name: [] for name in loaders}
     for name, loader in loaders.items():  # start the workers
@@ -70,7 +74,9 @@ class _NoGroups:
 
 
 def _random_loader(dataset):
-    return build_dataloader(_NoGroups(dataset), SAMPLES_PER_GPU, WORKERS, seed=0, persistent_workers=True)
+    return build_dataloader(
+        _NoGroups(dataset), SAMPLES_PER_GPU, WORKERS, seed=0, persistent_workers=True
+    )
 
 
 if __name__ == "__main__":

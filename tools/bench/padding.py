@@ -7,6 +7,7 @@ loaded: the dataset only exposes ``img_sizes`` and ``flag``.
 
 Run directly (``python tools/bench/padding.py``) or through ``tools/benchmark.py``.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -19,7 +20,12 @@ from mmpar.data.samplers import GroupSampler
 
 #: (w / h, share of images); each ratio is jittered by +-10%.
 ASPECTS: Tuple[Tuple[float, float], ...] = (
-    (4 / 3, 0.40), (3 / 2, 0.15), (16 / 9, 0.10), (1.0, 0.05), (3 / 4, 0.20), (2 / 3, 0.10),
+    (4 / 3, 0.40),
+    (3 / 2, 0.15),
+    (16 / 9, 0.10),
+    (1.0, 0.05),
+    (3 / 4, 0.20),
+    (2 / 3, 0.10),
 )
 SCALE = (1333, 800)  # (long side, short side) limits, as mmdet's Resize(keep_ratio=True)
 SAMPLES_PER_GPU = 8
@@ -69,12 +75,16 @@ def epoch_stats(
     return stats
 
 
-def measure(n: int, epochs: int, seed: int = 0) -> Dict[Tuple[str, Optional[int]], List[PaddingStats]]:
+def measure(
+    n: int, epochs: int, seed: int = 0
+) -> Dict[Tuple[str, Optional[int]], List[PaddingStats]]:
     """Padding per epoch of every (method, size_divisor)."""
     sizes = coco_like_sizes(n, seed)
     samplers = {
         "random": GroupSampler(SizesOnly(None, n), SAMPLES_PER_GPU, seed=seed, batch_sampler=True),
-        "orientation": GroupSampler(SizesOnly(sizes, n), SAMPLES_PER_GPU, seed=seed, batch_sampler=True),
+        "orientation": GroupSampler(
+            SizesOnly(sizes, n), SAMPLES_PER_GPU, seed=seed, batch_sampler=True
+        ),
         "size-aware": GroupSampler(
             SizesOnly(sizes, n), SAMPLES_PER_GPU, seed=seed, size_aware=True, batch_sampler=True
         ),

@@ -10,6 +10,7 @@ thread each (torchrun's default), so both use the same cores.
 Run directly (``python tools/bench/train.py [--config CONFIG] [--quick]``) or
 through ``python tools/benchmark.py train``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,9 +36,9 @@ def _worker(config: str, warmup: int, iters: int, launcher: str) -> None:
     import torch.distributed as dist
 
     from mmpar.config import Config
-    from mmpar.data.builder import build_dataloader, set_loader_epoch
-    from mmpar.dist_utils import destroy_dist, get_dist_info, init_dist
-    from mmpar.models.builder import build_dataset, build_model, build_optimizer
+    from mmpar.data import build_dataloader, build_dataset, set_loader_epoch
+    from mmpar.dist import destroy_dist, get_dist_info, init_dist
+    from mmpar.models import build_model, build_optimizer
     from mmpar.runner.launch import wrap_model
     from mmpar.runner.rng import set_random_seed
 
@@ -50,7 +51,9 @@ def _worker(config: str, warmup: int, iters: int, launcher: str) -> None:
     model = wrap_model(build_model(cfg.model), distributed)
     optimizer = build_optimizer(model, cfg.optimizer)
     dataset = build_dataset(cfg.data.train)
-    loader = build_dataloader(dataset, cfg.data.samples_per_gpu, cfg.data.workers_per_gpu, dist=distributed, seed=0)
+    loader = build_dataloader(
+        dataset, cfg.data.samples_per_gpu, cfg.data.workers_per_gpu, dist=distributed, seed=0
+    )
     images, started, done, epoch = 0, 0.0, 0, 0
     while done < warmup + iters:
         set_loader_epoch(loader, epoch)
@@ -84,12 +87,29 @@ def _free_port() -> int:
 
 
 def _measure(config: str, procs: int, warmup: int, iters: int) -> float:
-    script = [str(Path(__file__).resolve()), "--worker", "--config", config, "--warmup", str(warmup), "--iters", str(iters)]
+    script = [
+        str(Path(__file__).resolve()),
+        "--worker",
+        "--config",
+        config,
+        "--warmup",
+        str(warmup),
+        "--iters",
+        str(iters),
+    ]
     if procs == 1:
         cmd = [sys.executable, *script]
     else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={procs}",
-               f"--master_port={_free_port()}", *script, "--launcher", "pytorch"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            f"--nproc_per_node={procs}",
+            f"--master_port={_free_port()}",
+            *script,
+            "--launcher",
+            "pytorch",
+        ]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
     if proc.returncode != 0:
@@ -110,25 +130,29 @@ def run(quick: bool = False, config: Optional[str] = None) -> str:
     ratio = double / single
     met = "met" if ratio >= TARGET_DDP_RATIO else "not met"
     name = Path(config).relative_to(ROOT) if Path(config).resolve().is_relative_to(ROOT) else config
-    return "\n".join([
-        "## Training loop",
-        "",
-        f"Whole training loop of `{name}` (data loading, collate, scatter, forward, backward, step), "
-        f"{iters} timed iterations after {warmup} warm-up, median of {repeats}; images/s over all processes.",
-        "",
-        "| setup | images/s | vs 1 process |",
-        "|---|---:|---:|",
-        f"| 1 process (MMDataParallel, CPU) | {single:.1f} | 1.00x |",
-        f"| 2 gloo processes (MMDistributedDataParallel, torchrun) | {double:.1f} | {ratio:.2f}x |",
-        "",
-        f"- target: 2 gloo processes on the same cores keep >= {TARGET_DDP_RATIO:.2f}x of one process's throughput: "
-        f"{met} ({ratio:.2f}x)",
-        "",
-    ])
+    return "\n".join(
+        [
+            "## Training loop",
+            "",
+            f"Whole training loop of `{name}` (data loading, collate, scatter, forward, backward, step), "
+            f"{iters} timed iterations after {warmup} warm-up, median of {repeats}; images/s over all processes.",
+            "",
+            "| setup | images/s | vs 1 process |",
+            "|---|---:|---:|",
+            f"| 1 process (MMDataParallel, CPU) | {single:.1f} | 1.00x |",
+            f"| 2 gloo processes (MMDistributedDataParallel, torchrun) | {double:.1f} | {ratio:.2f}x |",
+            "",
+            f"- target: 2 gloo processes on the same cores keep >= {TARGET_DDP_RATIO:.2f}x of one process's throughput: "
+            f"{met} ({ratio:.2f}x)",
+            "",
+        ]
+    )
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--config", default=str(DEFAULT_CONFIG))
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)

@@ -1,4 +1,5 @@
 """DetectionDataset: what every detection dataset of mmpar shares."""
+
 from __future__ import annotations
 
 import operator
@@ -8,8 +9,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 from torch.utils.data import Dataset
 
-from ..transforms.compose import Compose
-from ..transforms.geometric import Resize
+from mmpar.data.transforms.compose import Compose
+from mmpar.data.transforms.geometric import Resize
 
 __all__ = ["DetectionDataset"]
 
@@ -59,7 +60,9 @@ class DetectionDataset(Dataset):
     CLASSES: Tuple[str, ...] = ()
 
     def __init__(
-        self, pipeline: Optional[Sequence[Any]] = None, test_mode: bool = False,
+        self,
+        pipeline: Optional[Sequence[Any]] = None,
+        test_mode: bool = False,
         normalize_on_device: Union[bool, str] = False,
     ) -> None:
         self.test_mode = bool(test_mode)
@@ -73,17 +76,27 @@ class DetectionDataset(Dataset):
 
     def default_pipeline(self) -> List[Any]:
         """Steps used when ``pipeline=None``; subclasses define them."""
-        raise NotImplementedError(f"{type(self).__name__} has no default pipeline; pass pipeline=[...]")
+        raise NotImplementedError(
+            f"{type(self).__name__} has no default pipeline; pass pipeline=[...]"
+        )
 
     def _format_steps(self) -> List[Dict[str, Any]]:
         """The tail of the default pipelines: normalize (ImageNet statistics), pad to
         32, format into DataContainers, collect."""
         return [
-            dict(type="Normalize", mean=list(IMAGENET_MEAN), std=list(IMAGENET_STD), to_rgb=True,
-                 on_device=self.normalize_on_device),
+            dict(
+                type="Normalize",
+                mean=list(IMAGENET_MEAN),
+                std=list(IMAGENET_STD),
+                to_rgb=True,
+                on_device=self.normalize_on_device,
+            ),
             dict(type="Pad", size_divisor=32),
             dict(type="DefaultFormatBundle"),
-            dict(type="Collect", keys=["img"] if self.test_mode else ["img", "gt_bboxes", "gt_labels"]),
+            dict(
+                type="Collect",
+                keys=["img"] if self.test_mode else ["img", "gt_bboxes", "gt_labels"],
+            ),
         ]
 
     def _set_img_sizes(self, sizes: Any) -> None:
@@ -118,7 +131,9 @@ class DetectionDataset(Dataset):
         results["seg_fields"] = []
 
     def _results(self, idx: int) -> Dict[str, Any]:
-        results: Dict[str, Any] = dict(img_info=self.get_img_info(idx), ann_info=self.get_ann_info(idx))
+        results: Dict[str, Any] = dict(
+            img_info=self.get_img_info(idx), ann_info=self.get_ann_info(idx)
+        )
         self.pre_pipeline(results)
         return results
 
@@ -126,7 +141,9 @@ class DetectionDataset(Dataset):
         try:
             idx = operator.index(idx)
         except TypeError:
-            raise TypeError(f"{type(self).__name__}: index must be an int, got {type(idx).__name__}") from None
+            raise TypeError(
+                f"{type(self).__name__}: index must be an int, got {type(idx).__name__}"
+            ) from None
         n = len(self)
         if not -n <= idx < n:
             raise IndexError(f"{type(self).__name__}: index {idx} out of range for {n} samples")
@@ -155,4 +172,6 @@ class DetectionDataset(Dataset):
 
     def __repr__(self) -> str:
         mode = "test" if self.test_mode else "train"
-        return f"{type(self).__name__}({len(self)} images, {len(self.CLASSES)} classes, {mode} mode)"
+        return (
+            f"{type(self).__name__}({len(self)} images, {len(self.CLASSES)} classes, {mode} mode)"
+        )

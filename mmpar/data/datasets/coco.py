@@ -1,4 +1,5 @@
 """CocoDetection: a COCO-format annotation file and its image folder."""
+
 from __future__ import annotations
 
 import os.path as osp
@@ -6,9 +7,15 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
-from ..registry import DATASETS
-from .base import DetectionDataset
-from .coco_format import check_categories, check_images, group_annotations, load_json, select_categories
+from mmpar.data.datasets.base import DetectionDataset
+from mmpar.data.datasets.coco_format import (
+    check_categories,
+    check_images,
+    group_annotations,
+    load_json,
+    select_categories,
+)
+from mmpar.registry import DATASETS
 
 __all__ = ["CocoDetection"]
 
@@ -70,7 +77,9 @@ class CocoDetection(DetectionDataset):
     ) -> None:
         super().__init__(pipeline, test_mode, normalize_on_device)
         if img_prefix and not osp.isdir(img_prefix):
-            raise FileNotFoundError(f"CocoDetection: image folder img_prefix={img_prefix!r} does not exist")
+            raise FileNotFoundError(
+                f"CocoDetection: image folder img_prefix={img_prefix!r} does not exist"
+            )
         self.ann_file = ann_file
         self.img_prefix = img_prefix
         self.filter_empty_gt = bool(filter_empty_gt)
@@ -81,16 +90,22 @@ class CocoDetection(DetectionDataset):
         images = check_images(data, ann_file)
         names = check_categories(data, ann_file)
         self.cat_ids: List[int] = select_categories(names, classes)
-        self.cat2label: Dict[int, int] = {cat_id: label for label, cat_id in enumerate(self.cat_ids)}
+        self.cat2label: Dict[int, int] = {
+            cat_id: label for label, cat_id in enumerate(self.cat_ids)
+        }
         self.CLASSES = tuple(names[cat_id] for cat_id in self.cat_ids)
         anns, self.skipped_boxes = group_annotations(
             data, ann_file, images, names, self.cat2label, required=not self.test_mode
         )
         keep = [
-            i for i, ann in enumerate(anns) if self.test_mode or not self.filter_empty_gt or len(ann["bboxes"]) > 0
+            i
+            for i, ann in enumerate(anns)
+            if self.test_mode or not self.filter_empty_gt or len(ann["bboxes"]) > 0
         ]
         kept = set(keep)
-        self.filtered_img_ids: List[int] = [info["id"] for i, info in enumerate(images) if i not in kept]
+        self.filtered_img_ids: List[int] = [
+            info["id"] for i, info in enumerate(images) if i not in kept
+        ]
         self.img_infos = [images[i] for i in keep]
         self.ann_infos = [anns[i] for i in keep]
         self.img_ids: List[int] = [info["id"] for info in self.img_infos]

@@ -3,6 +3,7 @@
 Every problem is reported with the path of the offending entry, e.g.
 ``"annotations[3] has no 'bbox'"`` or ``"images[0].width must be a positive int"``.
 """
+
 from __future__ import annotations
 
 import json
@@ -11,7 +12,13 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-__all__ = ["load_json", "check_images", "check_categories", "select_categories", "group_annotations"]
+__all__ = [
+    "load_json",
+    "check_images",
+    "check_categories",
+    "select_categories",
+    "group_annotations",
+]
 
 
 def load_json(path: str) -> Dict[str, Any]:
@@ -27,9 +34,13 @@ def load_json(path: str) -> Dict[str, Any]:
     except FileNotFoundError:
         raise FileNotFoundError(f"CocoDetection: annotation file {path!r} does not exist") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"CocoDetection: annotation file {path!r} is not valid JSON: {err}") from None
+        raise ValueError(
+            f"CocoDetection: annotation file {path!r} is not valid JSON: {err}"
+        ) from None
     if not isinstance(data, dict):
-        raise ValueError(f"CocoDetection: {path!r} must hold a JSON object, got a {type(data).__name__}")
+        raise ValueError(
+            f"CocoDetection: {path!r} must hold a JSON object, got a {type(data).__name__}"
+        )
     return data
 
 
@@ -37,7 +48,9 @@ def _list(data: Mapping[str, Any], key: str, path: str) -> List[Any]:
     if key not in data:
         raise ValueError(f"CocoDetection: {path!r} has no {key!r} key (keys: {sorted(data)})")
     if not isinstance(data[key], list):
-        raise ValueError(f"CocoDetection: {path!r}: {key!r} must be a list, got {type(data[key]).__name__}")
+        raise ValueError(
+            f"CocoDetection: {path!r}: {key!r} must be a list, got {type(data[key]).__name__}"
+        )
     return data[key]
 
 
@@ -70,9 +83,13 @@ def check_images(data: Mapping[str, Any], path: str) -> List[Dict[str, Any]]:
         img_id = _int(entry, where, "id")
         name = _field(entry, where, "file_name")
         if not isinstance(name, str) or not name:
-            raise ValueError(f"CocoDetection: {where}.file_name must be a non-empty str, got {name!r}")
+            raise ValueError(
+                f"CocoDetection: {where}.file_name must be a non-empty str, got {name!r}"
+            )
         if img_id in seen:
-            raise ValueError(f"CocoDetection: {where}.id {img_id} repeats the id of images[{seen[img_id]}]")
+            raise ValueError(
+                f"CocoDetection: {where}.id {img_id} repeats the id of images[{seen[img_id]}]"
+            )
         seen[img_id] = i
         infos.append(
             dict(
@@ -115,13 +132,19 @@ def select_categories(names: Mapping[int, str], classes: Optional[Sequence[str]]
     """
     if classes is None:
         return sorted(names)
-    if isinstance(classes, str) or not isinstance(classes, Sequence) or not all(isinstance(c, str) for c in classes):
+    if (
+        isinstance(classes, str)
+        or not isinstance(classes, Sequence)
+        or not all(isinstance(c, str) for c in classes)
+    ):
         raise TypeError(f"CocoDetection: classes must be a list of category names, got {classes!r}")
     by_name = {name: cat_id for cat_id, name in names.items()}
     ids = []
     for name in classes:
         if name not in by_name:
-            raise ValueError(f"CocoDetection: classes: {name!r} is not a category name (names: {sorted(by_name)})")
+            raise ValueError(
+                f"CocoDetection: classes: {name!r} is not a category name (names: {sorted(by_name)})"
+            )
         if by_name[name] in ids:
             raise ValueError(f"CocoDetection: classes: {name!r} is given twice")
         ids.append(by_name[name])
@@ -133,9 +156,14 @@ def _bbox(entry: Dict[str, Any], where: str) -> Tuple[float, float, float, float
     if (
         not isinstance(box, (list, tuple))
         or len(box) != 4
-        or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in box)
+        or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            for v in box
+        )
     ):
-        raise ValueError(f"CocoDetection: {where}.bbox must be 4 finite numbers [x, y, w, h], got {box!r}")
+        raise ValueError(
+            f"CocoDetection: {where}.bbox must be 4 finite numbers [x, y, w, h], got {box!r}"
+        )
     return tuple(float(v) for v in box)  # type: ignore[return-value]
 
 
@@ -174,7 +202,9 @@ def group_annotations(
             raise ValueError(f"CocoDetection: {where}.image_id {img_id} is not the id of any image")
         cat_id = _int(entry, where, "category_id")
         if cat_id not in names:
-            raise ValueError(f"CocoDetection: {where}.category_id {cat_id} is not the id of any category")
+            raise ValueError(
+                f"CocoDetection: {where}.category_id {cat_id} is not the id of any category"
+            )
         x, y, w, h = _bbox(entry, where)
         crowd = entry.get("iscrowd", 0)
         if crowd not in (0, 1) or isinstance(crowd, float):

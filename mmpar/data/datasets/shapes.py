@@ -1,4 +1,5 @@
 """Filled shapes drawn with numpy: the pictures of :class:`SyntheticShapes`."""
+
 from __future__ import annotations
 
 from typing import Callable, Dict, List, Tuple
@@ -69,7 +70,9 @@ def _place(rng: np.random.Generator, h: int, w: int, taken: List[Box]) -> Box:
         bh = int(min(h, max(6, round(side / aspect))))
         x0 = int(rng.integers(0, w - bw + 1))
         y0 = int(rng.integers(0, h - bh + 1))
-        if all(x0 > tx + tw or tx > x0 + bw or y0 > ty + th or ty > y0 + bh for tx, ty, tw, th in taken):
+        if all(
+            x0 > tx + tw or tx > x0 + bw or y0 > ty + th or ty > y0 + bh for tx, ty, tw, th in taken
+        ):
             return x0, y0, bw, bh
     return ()  # type: ignore[return-value]
 

@@ -1,13 +1,14 @@
 """SyntheticShapes: a deterministic in-memory detection dataset of drawn shapes."""
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
-from ..registry import DATASETS
-from .base import DetectionDataset
-from .shapes import SHAPES, render_shapes
+from mmpar.data.datasets.base import DetectionDataset
+from mmpar.data.datasets.shapes import SHAPES, render_shapes
+from mmpar.registry import DATASETS
 
 __all__ = ["SyntheticShapes"]
 
@@ -74,8 +75,14 @@ class SyntheticShapes(DetectionDataset):
         self.num_samples = _check_int(num_samples, "num_samples", 0)
         self.min_size = _check_int(min_size, "min_size", 16)
         self.max_size = _check_int(max_size, "max_size", self.min_size)
-        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or not 1 <= num_classes <= len(SHAPES):
-            raise ValueError(f"SyntheticShapes: num_classes must be an int in [1, {len(SHAPES)}], got {num_classes!r}")
+        if (
+            isinstance(num_classes, bool)
+            or not isinstance(num_classes, int)
+            or not 1 <= num_classes <= len(SHAPES)
+        ):
+            raise ValueError(
+                f"SyntheticShapes: num_classes must be an int in [1, {len(SHAPES)}], got {num_classes!r}"
+            )
         self.max_objects = _check_int(max_objects, "max_objects", 1)
         self.seed = _check_int(seed, "seed", 0)
         self.CLASSES = tuple(SHAPES)[:num_classes]
@@ -125,7 +132,9 @@ class SyntheticShapes(DetectionDataset):
 
     def _results(self, idx: int) -> Dict[str, Any]:
         sample = self.render(idx)
-        results: Dict[str, Any] = dict(img_info=self.get_img_info(idx), ann_info=self._ann_info(sample))
+        results: Dict[str, Any] = dict(
+            img_info=self.get_img_info(idx), ann_info=self._ann_info(sample)
+        )
         self.pre_pipeline(results)
         results["img"] = sample["img"]
         return results

@@ -4,6 +4,7 @@ Shared by the group samplers. Everything here is a pure function of its
 arguments and of the ``numpy.random.Generator`` it is handed, so a sampler is
 deterministic given its seed and epoch.
 """
+
 from __future__ import annotations
 
 from typing import List, Optional
@@ -13,7 +14,9 @@ import numpy as np
 __all__ = ["plan_batches", "size_sorted", "cut_batches"]
 
 
-def size_sorted(order: np.ndarray, sizes: np.ndarray, pool_size: int, batch_size: int) -> np.ndarray:
+def size_sorted(
+    order: np.ndarray, sizes: np.ndarray, pool_size: int, batch_size: int
+) -> np.ndarray:
     """Reorder ``order`` so that each run of ``batch_size`` holds images of similar shape.
 
     ``order`` is cut into consecutive pools of ``pool_size`` samples (a multiple

@@ -12,6 +12,7 @@ A dataset handed to the samplers needs ``len(dataset)`` and may expose:
 Without ``flag`` the group id comes from ``img_sizes`` (1 when ``w / h > 1``,
 else 0); without both every sample is in group 0.
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -49,7 +50,9 @@ def image_sizes(dataset: Any, owner: str) -> Optional[np.ndarray]:
     try:
         sizes = np.asarray(raw, dtype=np.float64)
     except (TypeError, ValueError) as err:
-        raise ValueError(f"{owner}: dataset.img_sizes must be numeric (h, w) pairs ({err})") from None
+        raise ValueError(
+            f"{owner}: dataset.img_sizes must be numeric (h, w) pairs ({err})"
+        ) from None
     if sizes.shape == (0,) and n == 0:
         return sizes.reshape(0, 2)
     if sizes.ndim != 2 or sizes.shape != (n, 2):

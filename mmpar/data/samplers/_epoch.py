@@ -1,4 +1,5 @@
 """What every sampler shares: a seed synced over ranks, an epoch, argument checks."""
+
 from __future__ import annotations
 
 from typing import Any, Callable, Iterator, List, Optional, Tuple
@@ -6,9 +7,15 @@ from typing import Any, Callable, Iterator, List, Optional, Tuple
 import numpy as np
 from torch.utils.data import Sampler
 
-from mmpar.dist_utils import get_dist_info, sync_random_seed
+from mmpar.dist import get_dist_info, sync_random_seed
 
-__all__ = ["BatchIndexView", "EpochSeeded", "check_positive_int", "resolve_replicas", "resolve_seed"]
+__all__ = [
+    "BatchIndexView",
+    "EpochSeeded",
+    "check_positive_int",
+    "resolve_replicas",
+    "resolve_seed",
+]
 
 
 def check_positive_int(value: Any, name: str, owner: str) -> int:
@@ -28,7 +35,7 @@ def check_positive_int(value: Any, name: str, owner: str) -> int:
 def resolve_seed(seed: Optional[int], owner: str, shuffle: bool = True) -> int:
     """The sampler seed: ``seed``, or when ``None`` rank 0's random seed.
 
-    ``None`` with ``shuffle`` calls :func:`mmpar.dist_utils.sync_random_seed`,
+    ``None`` with ``shuffle`` calls :func:`mmpar.dist.sync_random_seed`,
     which draws a seed on rank 0 and broadcasts it, so that every rank shuffles
     the same way: such a sampler must then be built on every rank of the group.
     Without ``shuffle`` the order needs no seed: ``None`` means 0 and no
@@ -44,7 +51,9 @@ def resolve_seed(seed: Optional[int], owner: str, shuffle: bool = True) -> int:
     return int(seed)
 
 
-def resolve_replicas(num_replicas: Optional[int], rank: Optional[int], owner: str) -> Tuple[int, int]:
+def resolve_replicas(
+    num_replicas: Optional[int], rank: Optional[int], owner: str
+) -> Tuple[int, int]:
     """``(num_replicas, rank)``, each taken from the process group when ``None``.
 
     Raises:
@@ -119,7 +128,9 @@ class EpochSeeded:
 
     def _rng(self, epoch: Optional[int] = None) -> np.random.Generator:
         # SeedSequence needs non-negative entries; a negative seed wraps modulo 2**64.
-        return np.random.default_rng([self._seed % (1 << 64), self._epoch if epoch is None else epoch])
+        return np.random.default_rng(
+            [self._seed % (1 << 64), self._epoch if epoch is None else epoch]
+        )
 
 
 class BatchIndexView(Sampler):

@@ -1,4 +1,5 @@
 """DistributedGroupSampler: one-group batches, the same number on every rank."""
+
 from __future__ import annotations
 
 from typing import Any, Iterator, List, Optional, Union
@@ -6,9 +7,14 @@ from typing import Any, Iterator, List, Optional, Union
 import numpy as np
 from torch.utils.data import Sampler
 
-from ._batching import plan_batches
-from ._dataset_info import dataset_length, group_ids, image_sizes
-from ._epoch import BatchIndexView, EpochSeeded, check_positive_int, resolve_replicas
+from mmpar.data.samplers._batching import plan_batches
+from mmpar.data.samplers._dataset_info import dataset_length, group_ids, image_sizes
+from mmpar.data.samplers._epoch import (
+    BatchIndexView,
+    EpochSeeded,
+    check_positive_int,
+    resolve_replicas,
+)
 
 __all__ = ["DistributedGroupSampler"]
 
@@ -51,7 +57,7 @@ class DistributedGroupSampler(EpochSeeded, Sampler):
             (1 without a group).
         rank: This rank; ``None`` takes the process group's rank.
         seed: Seed of the order; ``None`` takes rank 0's random seed through
-            :func:`mmpar.dist_utils.sync_random_seed` (the same on every rank).
+            :func:`mmpar.dist.sync_random_seed` (the same on every rank).
         shuffle: Draw a new random order every epoch; without it batches come
             group by group in dataset order.
         size_aware: Batch samples of similar shape together (needs ``img_sizes``).

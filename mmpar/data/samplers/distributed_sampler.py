@@ -1,4 +1,5 @@
 """DistributedSampler: a plain (ungrouped) split of the dataset over ranks."""
+
 from __future__ import annotations
 
 from typing import Any, Iterator, Optional
@@ -6,8 +7,8 @@ from typing import Any, Iterator, Optional
 import numpy as np
 from torch.utils.data import Sampler
 
-from ._dataset_info import dataset_length
-from ._epoch import EpochSeeded, resolve_replicas
+from mmpar.data.samplers._dataset_info import dataset_length
+from mmpar.data.samplers._epoch import EpochSeeded, resolve_replicas
 
 __all__ = ["DistributedSampler"]
 
@@ -35,7 +36,7 @@ class DistributedSampler(EpochSeeded, Sampler):
         rank: This rank; ``None`` takes the process group's rank.
         shuffle: Draw a new random order every epoch.
         seed: Seed of the order; ``None`` takes rank 0's random seed through
-            :func:`mmpar.dist_utils.sync_random_seed` (the same on every rank).
+            :func:`mmpar.dist.sync_random_seed` (the same on every rank).
         drop_last: Leave out the tail instead of repeating the head (see above).
 
     Raises:

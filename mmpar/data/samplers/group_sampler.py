@@ -1,4 +1,5 @@
 """GroupSampler: batches of one group (orientation, or any id) on one process."""
+
 from __future__ import annotations
 
 from typing import Any, Iterator, List, Optional, Union
@@ -6,9 +7,9 @@ from typing import Any, Iterator, List, Optional, Union
 import numpy as np
 from torch.utils.data import Sampler
 
-from ._batching import plan_batches
-from ._dataset_info import dataset_length, group_ids, image_sizes
-from ._epoch import BatchIndexView, EpochSeeded, check_positive_int
+from mmpar.data.samplers._batching import plan_batches
+from mmpar.data.samplers._dataset_info import dataset_length, group_ids, image_sizes
+from mmpar.data.samplers._epoch import BatchIndexView, EpochSeeded, check_positive_int
 
 __all__ = ["GroupSampler"]
 
@@ -59,7 +60,7 @@ class GroupSampler(EpochSeeded, Sampler):
         num_gpus: Chunks per batch, >= 1.
         shuffle: Draw a new random order every epoch.
         seed: Seed of the order; ``None`` takes rank 0's random seed through
-            :func:`mmpar.dist_utils.sync_random_seed`.
+            :func:`mmpar.dist.sync_random_seed`.
         size_aware: Batch samples of similar shape together (needs ``img_sizes``;
             without them it is orientation or flag grouping only).
         batch_sampler: Yield index lists instead of single indices.

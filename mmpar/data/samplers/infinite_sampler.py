@@ -1,4 +1,5 @@
 """Endless batch samplers for iteration-based training (mmcv's ``IterBasedRunner``)."""
+
 from __future__ import annotations
 
 import itertools
@@ -6,9 +7,14 @@ from typing import Any, Iterator, List, Optional
 
 from torch.utils.data import Sampler
 
-from ._dataset_info import dataset_length
-from ._epoch import BatchIndexView, EpochSeeded, check_positive_int, resolve_replicas
-from .distributed_group_sampler import DistributedGroupSampler
+from mmpar.data.samplers._dataset_info import dataset_length
+from mmpar.data.samplers._epoch import (
+    BatchIndexView,
+    EpochSeeded,
+    check_positive_int,
+    resolve_replicas,
+)
+from mmpar.data.samplers.distributed_group_sampler import DistributedGroupSampler
 
 __all__ = ["InfiniteBatchSampler", "InfiniteGroupBatchSampler"]
 
@@ -53,7 +59,7 @@ class InfiniteGroupBatchSampler(EpochSeeded, Sampler):
         num_replicas: Number of ranks; ``None`` takes the process group's size.
         rank: This rank; ``None`` takes the process group's rank.
         seed: Seed of the order; ``None`` takes rank 0's random seed through
-            :func:`mmpar.dist_utils.sync_random_seed` (the same on every rank).
+            :func:`mmpar.dist.sync_random_seed` (the same on every rank).
         shuffle: Draw a new random order every pass; without it every pass
             comes group by group in dataset order.
         size_aware: Batch samples of similar shape together (needs ``img_sizes``).
@@ -87,7 +93,9 @@ class InfiniteGroupBatchSampler(EpochSeeded, Sampler):
         self.shuffle = bool(shuffle)
         n = dataset_length(dataset, owner)
         if n == 0:
-            raise ValueError(f"{owner}: dataset must hold at least one sample, got an empty dataset")
+            raise ValueError(
+                f"{owner}: dataset must hold at least one sample, got an empty dataset"
+            )
         self._init_epoch(seed, owner, shuffle)
         self._plan = DistributedGroupSampler(
             dataset if self._grouped else _Ungrouped(n),

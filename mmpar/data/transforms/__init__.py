@@ -1,13 +1,19 @@
 """Detection data pipeline steps that end in DataContainers (mmdet 2.x style).
 
 Importing this package registers every step in
-:data:`mmpar.data.registry.TRANSFORMS`.
+:data:`mmpar.registry.TRANSFORMS`.
 """
-from .compose import Compose
-from .formatting import DEFAULT_META_KEYS, Collect, DefaultFormatBundle, to_tensor
-from .geometric import Pad, RandomFlip, Resize
-from .loading import LoadAnnotations, LoadImageFromArray, LoadImageFromFile
-from .photometric import Normalize
+
+from mmpar.data.transforms.compose import Compose
+from mmpar.data.transforms.formatting import (
+    DEFAULT_META_KEYS,
+    Collect,
+    DefaultFormatBundle,
+    to_tensor,
+)
+from mmpar.data.transforms.geometric import Pad, RandomFlip, Resize
+from mmpar.data.transforms.loading import LoadAnnotations, LoadImageFromArray, LoadImageFromFile
+from mmpar.data.transforms.photometric import Normalize
 
 __all__ = [
     "Compose",

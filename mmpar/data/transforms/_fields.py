@@ -9,6 +9,7 @@ transform moves all of them together:
   ``["gt_bboxes", "gt_bboxes_ignore"]``;
 * ``seg_fields``: HW integer label maps, e.g. ``["gt_semantic_seg"]``.
 """
+
 from __future__ import annotations
 
 from typing import Any, List, Mapping
@@ -16,7 +17,15 @@ from typing import Any, List, Mapping
 import numpy as np
 import torch
 
-__all__ = ["require", "img_fields", "bbox_fields", "seg_fields", "add_field", "check_boxes", "array_to_tensor"]
+__all__ = [
+    "require",
+    "img_fields",
+    "bbox_fields",
+    "seg_fields",
+    "add_field",
+    "check_boxes",
+    "array_to_tensor",
+]
 
 
 def require(results: Mapping[str, Any], key: str, owner: str) -> Any:
@@ -69,7 +78,9 @@ def check_boxes(boxes: Any, field: str) -> np.ndarray:
     try:
         arr = np.asarray(boxes, dtype=np.float32)
     except (TypeError, ValueError) as err:
-        raise TypeError(f"{field}: expected a (K, 4) array of numbers, got {type(boxes).__name__} ({err})") from None
+        raise TypeError(
+            f"{field}: expected a (K, 4) array of numbers, got {type(boxes).__name__} ({err})"
+        ) from None
     if arr.size == 0:
         return arr.reshape(0, 4)
     if arr.ndim != 2 or arr.shape[1] != 4:

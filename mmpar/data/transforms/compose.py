@@ -1,10 +1,11 @@
 """Compose: run pipeline steps one after the other."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any, Callable, List, Optional, Sequence, Union
 
-from ..registry import TRANSFORMS
+from mmpar.registry import TRANSFORMS
 
 __all__ = ["Compose"]
 
@@ -23,7 +24,7 @@ class Compose:
     Args:
         transforms: Steps: transform objects, any callables, or config dicts
             (``dict(type="Resize", img_scale=(1333, 800))``) built from
-            :data:`~mmpar.data.registry.TRANSFORMS`.
+            :data:`~mmpar.registry.TRANSFORMS`.
 
     Raises:
         TypeError: ``transforms`` is not a list, or a step is neither a callable nor
@@ -33,7 +34,9 @@ class Compose:
 
     def __init__(self, transforms: Sequence[Step]) -> None:
         if isinstance(transforms, (str, Mapping)) or not isinstance(transforms, Sequence):
-            raise TypeError(f"Compose: transforms must be a list of steps, got {type(transforms).__name__}")
+            raise TypeError(
+                f"Compose: transforms must be a list of steps, got {type(transforms).__name__}"
+            )
         self.transforms: List[Callable[[dict], Optional[dict]]] = []
         for i, step in enumerate(transforms):
             if isinstance(step, Mapping):

@@ -13,6 +13,7 @@ key                 container                                         content
 ``img_metas``       ``cpu_only=True``                                 dict of meta keys
 ==================  ================================================  ==========================
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, Mapping, Optional, Sequence, Union
@@ -20,9 +21,9 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Union
 import numpy as np
 import torch
 
-from ...data_container import DataContainer
-from ..registry import TRANSFORMS
-from ._fields import array_to_tensor, require
+from mmpar.data.transforms._fields import array_to_tensor, require
+from mmpar.data_container import DataContainer
+from mmpar.registry import TRANSFORMS
 
 __all__ = ["DefaultFormatBundle", "Collect", "to_tensor", "DEFAULT_META_KEYS"]
 
@@ -64,14 +65,20 @@ def to_tensor(data: Any, field: str = "data") -> torch.Tensor:
 
 def _check_pad_val(pad_val: Mapping[str, Number]) -> Dict[str, Number]:
     if not isinstance(pad_val, Mapping):
-        raise TypeError(f"DefaultFormatBundle: pad_val must be a dict such as dict(img=0, seg=255), got {pad_val!r}")
+        raise TypeError(
+            f"DefaultFormatBundle: pad_val must be a dict such as dict(img=0, seg=255), got {pad_val!r}"
+        )
     unknown = sorted(set(pad_val) - set(_PAD_KEYS))
     if unknown:
-        raise ValueError(f"DefaultFormatBundle: pad_val keys must be among {_PAD_KEYS}, got {unknown}")
+        raise ValueError(
+            f"DefaultFormatBundle: pad_val keys must be among {_PAD_KEYS}, got {unknown}"
+        )
     out = dict(img=0, seg=255, masks=0)
     for key, value in pad_val.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError(f"DefaultFormatBundle: pad_val[{key!r}] must be a number, got {value!r}")
+            raise TypeError(
+                f"DefaultFormatBundle: pad_val[{key!r}] must be a number, got {value!r}"
+            )
         out[key] = value
     return out
 
@@ -105,13 +112,17 @@ class DefaultFormatBundle:
     """
 
     def __init__(
-        self, pad_val: Mapping[str, Number] = dict(img=0, seg=255), size_divisor: Optional[int] = None
+        self,
+        pad_val: Mapping[str, Number] = dict(img=0, seg=255),
+        size_divisor: Optional[int] = None,
     ) -> None:
         self.pad_val = _check_pad_val(pad_val)
         if size_divisor is not None and (
             isinstance(size_divisor, bool) or not isinstance(size_divisor, int) or size_divisor < 1
         ):
-            raise ValueError(f"DefaultFormatBundle: size_divisor must be a positive int or None, got {size_divisor!r}")
+            raise ValueError(
+                f"DefaultFormatBundle: size_divisor must be a positive int or None, got {size_divisor!r}"
+            )
         self.size_divisor = size_divisor
 
     def __call__(self, results: dict) -> dict:
@@ -122,13 +133,17 @@ class DefaultFormatBundle:
                 boxes = to_tensor(results[key], key).to(torch.float32)
                 results[key] = DataContainer(boxes.reshape(-1, 4) if boxes.numel() == 0 else boxes)
         if "gt_labels" in results:
-            results["gt_labels"] = DataContainer(to_tensor(results["gt_labels"], "gt_labels").to(torch.int64))
+            results["gt_labels"] = DataContainer(
+                to_tensor(results["gt_labels"], "gt_labels").to(torch.int64)
+            )
         if "gt_masks" in results:
             results["gt_masks"] = DataContainer(results["gt_masks"], cpu_only=True)
         if "gt_semantic_seg" in results:
             seg = results["gt_semantic_seg"]
             if np.ndim(seg) != 2:
-                raise ValueError(f"DefaultFormatBundle: gt_semantic_seg must be (H, W), got shape {np.shape(seg)}")
+                raise ValueError(
+                    f"DefaultFormatBundle: gt_semantic_seg must be (H, W), got shape {np.shape(seg)}"
+                )
             results["gt_semantic_seg"] = DataContainer(
                 to_tensor(seg, "gt_semantic_seg")[None],
                 stack=True,
@@ -154,7 +169,9 @@ class DefaultFormatBundle:
         channels = img.shape[2]
         results.setdefault(
             "img_norm_cfg",
-            dict(mean=np.zeros(channels, np.float32), std=np.ones(channels, np.float32), to_rgb=False),
+            dict(
+                mean=np.zeros(channels, np.float32), std=np.ones(channels, np.float32), to_rgb=False
+            ),
         )
         norm = results["img_norm_cfg"]
         padding_value = self.pad_val["img"]
@@ -196,7 +213,11 @@ class Collect:
 
     @staticmethod
     def _check(names: Sequence[str], argument: str) -> tuple:
-        if isinstance(names, str) or not isinstance(names, Sequence) or not all(isinstance(n, str) for n in names):
+        if (
+            isinstance(names, str)
+            or not isinstance(names, Sequence)
+            or not all(isinstance(n, str) for n in names)
+        ):
             raise TypeError(f"Collect: {argument} must be a list of str, got {names!r}")
         return tuple(names)
 

@@ -5,6 +5,7 @@ Every step applies to all of ``img_fields``, ``bbox_fields`` and ``seg_fields``
 image they come with. Boxes are x1y1x2y2 in pixels: a box covering the pixel
 columns ``a..b`` inclusive has ``x1 = a`` and ``x2 = b + 1``.
 """
+
 from __future__ import annotations
 
 import random
@@ -14,12 +15,19 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from mmpar.data.transforms._fields import array_to_tensor, bbox_fields, img_fields, seg_fields
+from mmpar.registry import TRANSFORMS
 from mmpar.stacking import round_up
 
-from ..registry import TRANSFORMS
-from ._fields import array_to_tensor, bbox_fields, img_fields, seg_fields
-
-__all__ = ["Resize", "RandomFlip", "Pad", "rescale_size", "resize_image", "resize_seg", "flip_boxes"]
+__all__ = [
+    "Resize",
+    "RandomFlip",
+    "Pad",
+    "rescale_size",
+    "resize_image",
+    "resize_seg",
+    "flip_boxes",
+]
 
 Scale = Tuple[int, int]
 
@@ -54,7 +62,9 @@ def resize_image(img: np.ndarray, size_hw: Tuple[int, int]) -> np.ndarray:
             return np.ascontiguousarray(out[0].permute(1, 2, 0).numpy())
         except (RuntimeError, NotImplementedError):
             pass  # torch builds without the uint8 kernel: use the float path below
-    out = F.interpolate(t.to(torch.float32), size=tuple(size_hw), mode="bilinear", align_corners=False)
+    out = F.interpolate(
+        t.to(torch.float32), size=tuple(size_hw), mode="bilinear", align_corners=False
+    )
     arr = out[0].permute(1, 2, 0).numpy()
     if np.issubdtype(img.dtype, np.integer):
         info = np.iinfo(img.dtype)
@@ -86,7 +96,9 @@ def _check_scale(scale: Sequence[int], argument: str) -> Scale:
 def _image_shape(results: dict, owner: str) -> Tuple[int, ...]:
     keys = img_fields(results)
     if not keys:
-        raise KeyError(f"{owner}: results has no image (img_fields: {results.get('img_fields', ['img'])})")
+        raise KeyError(
+            f"{owner}: results has no image (img_fields: {results.get('img_fields', ['img'])})"
+        )
     return results[keys[0]].shape
 
 
@@ -115,7 +127,9 @@ class Resize:
         ValueError: ``img_scale`` is not a pair or list of pairs of positive ints.
     """
 
-    def __init__(self, img_scale: Union[Scale, Sequence[Scale]] = (1333, 800), keep_ratio: bool = True) -> None:
+    def __init__(
+        self, img_scale: Union[Scale, Sequence[Scale]] = (1333, 800), keep_ratio: bool = True
+    ) -> None:
         if isinstance(img_scale, list) and img_scale and isinstance(img_scale[0], (tuple, list)):
             scales = [_check_scale(s, f"Resize: img_scale[{i}]") for i, s in enumerate(img_scale)]
         else:
@@ -133,7 +147,9 @@ class Resize:
     def __call__(self, results: dict) -> dict:
         h, w = _image_shape(results, "Resize")[:2]
         if "scale" not in results:
-            results["scale"] = self.img_scale[0] if len(self.img_scale) == 1 else random.choice(self.img_scale)
+            results["scale"] = (
+                self.img_scale[0] if len(self.img_scale) == 1 else random.choice(self.img_scale)
+            )
         scale = _check_scale(tuple(results["scale"]), "Resize: results['scale']")
         new_w, new_h = rescale_size(w, h, scale) if self.keep_ratio else scale
         for key in img_fields(results):
@@ -206,10 +222,18 @@ class RandomFlip:
     """
 
     def __init__(self, flip_ratio: float = 0.5, direction: str = "horizontal") -> None:
-        if isinstance(flip_ratio, bool) or not isinstance(flip_ratio, (int, float)) or not 0 <= flip_ratio <= 1:
-            raise ValueError(f"RandomFlip: flip_ratio must be a number in [0, 1], got {flip_ratio!r}")
+        if (
+            isinstance(flip_ratio, bool)
+            or not isinstance(flip_ratio, (int, float))
+            or not 0 <= flip_ratio <= 1
+        ):
+            raise ValueError(
+                f"RandomFlip: flip_ratio must be a number in [0, 1], got {flip_ratio!r}"
+            )
         if direction not in _DIRECTIONS:
-            raise ValueError(f"RandomFlip: direction must be one of {_DIRECTIONS}, got {direction!r}")
+            raise ValueError(
+                f"RandomFlip: direction must be one of {_DIRECTIONS}, got {direction!r}"
+            )
         self.flip_ratio = float(flip_ratio)
         self.direction = direction
 
@@ -221,7 +245,9 @@ class RandomFlip:
             return results
         direction = results.get("flip_direction") or self.direction
         if direction not in _DIRECTIONS:
-            raise ValueError(f"RandomFlip: results['flip_direction'] must be one of {_DIRECTIONS}, got {direction!r}")
+            raise ValueError(
+                f"RandomFlip: results['flip_direction'] must be one of {_DIRECTIONS}, got {direction!r}"
+            )
         shape = _image_shape(results, "RandomFlip")
         if "img_shape" in results and tuple(results["img_shape"][:2]) != tuple(shape[:2]):
             raise ValueError(
@@ -297,7 +323,9 @@ class Pad:
     def _target(self, h: int, w: int) -> Tuple[int, int]:
         if self.size is not None:
             if h > self.size[0] or w > self.size[1]:
-                raise ValueError(f"Pad: the image is (h, w) = {(h, w)}, larger than size={self.size}")
+                raise ValueError(
+                    f"Pad: the image is (h, w) = {(h, w)}, larger than size={self.size}"
+                )
             return self.size
         return round_up(h, self.size_divisor), round_up(w, self.size_divisor)
 

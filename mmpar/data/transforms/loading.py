@@ -5,6 +5,7 @@ img_prefix=..., seg_prefix=...)``; ``img_info`` holds at least ``filename``, and
 ``ann_info`` the arrays of :meth:`get_ann_info` (``bboxes``, ``labels``,
 ``bboxes_ignore``, and ``seg_map`` (a file name) or ``seg`` (an array)).
 """
+
 from __future__ import annotations
 
 import os.path as osp
@@ -12,8 +13,8 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ..registry import TRANSFORMS
-from ._fields import add_field, check_boxes, require
+from mmpar.data.transforms._fields import add_field, check_boxes, require
+from mmpar.registry import TRANSFORMS
 
 __all__ = ["LoadImageFromFile", "LoadImageFromArray", "LoadAnnotations", "import_pil"]
 
@@ -80,7 +81,9 @@ class LoadImageFromFile:
         ImportError: At call time, Pillow is missing.
     """
 
-    def __init__(self, to_float32: bool = False, color_type: str = "color", *, channel_order: str = "rgb") -> None:
+    def __init__(
+        self, to_float32: bool = False, color_type: str = "color", *, channel_order: str = "rgb"
+    ) -> None:
         _check_choice(color_type, _COLOR_TYPES, "LoadImageFromFile: color_type")
         _check_choice(channel_order, _CHANNEL_ORDERS, "LoadImageFromFile: channel_order")
         self.to_float32 = bool(to_float32)
@@ -109,7 +112,9 @@ class LoadImageFromFile:
                 pil = pil.convert("RGB" if self.color_type == "color" else "L")
                 img = np.array(pil, dtype=np.uint8)
         except (UnidentifiedImageError, OSError, SyntaxError) as err:
-            raise ValueError(f"LoadImageFromFile: cannot decode image file {path!r}: {err}") from None
+            raise ValueError(
+                f"LoadImageFromFile: cannot decode image file {path!r}: {err}"
+            ) from None
         if img.ndim == 2:
             img = img[:, :, None]
         elif self.channel_order == "bgr":
@@ -153,7 +158,9 @@ class LoadImageFromArray:
     def __call__(self, results: dict) -> dict:
         img = require(results, "img", "LoadImageFromArray")
         if not isinstance(img, np.ndarray):
-            raise TypeError(f"LoadImageFromArray: results['img'] must be a numpy array, got {type(img).__name__}")
+            raise TypeError(
+                f"LoadImageFromArray: results['img'] must be a numpy array, got {type(img).__name__}"
+            )
         if img.ndim == 2:
             img = img[:, :, None]
         if img.ndim != 3 or img.size == 0:
@@ -192,7 +199,9 @@ class LoadAnnotations:
         FileNotFoundError: At call time, the ``seg_map`` file does not exist.
     """
 
-    def __init__(self, with_bbox: bool = True, with_label: bool = True, with_seg: bool = False) -> None:
+    def __init__(
+        self, with_bbox: bool = True, with_label: bool = True, with_seg: bool = False
+    ) -> None:
         self.with_bbox = bool(with_bbox)
         self.with_label = bool(with_label)
         self.with_seg = bool(with_seg)
@@ -204,11 +213,15 @@ class LoadAnnotations:
             results["gt_bboxes"] = check_boxes(bboxes, "LoadAnnotations: ann_info['bboxes']").copy()
             add_field(results, "bbox_fields", "gt_bboxes")
             if ann.get("bboxes_ignore") is not None:
-                ignore = check_boxes(ann["bboxes_ignore"], "LoadAnnotations: ann_info['bboxes_ignore']")
+                ignore = check_boxes(
+                    ann["bboxes_ignore"], "LoadAnnotations: ann_info['bboxes_ignore']"
+                )
                 results["gt_bboxes_ignore"] = ignore.copy()
                 add_field(results, "bbox_fields", "gt_bboxes_ignore")
         if self.with_label:
-            results["gt_labels"] = self._labels(require(ann, "labels", "LoadAnnotations: ann_info"), results)
+            results["gt_labels"] = self._labels(
+                require(ann, "labels", "LoadAnnotations: ann_info"), results
+            )
         if self.with_seg:
             results["gt_semantic_seg"] = self._seg(ann, results)
             add_field(results, "seg_fields", "gt_semantic_seg")
@@ -233,18 +246,26 @@ class LoadAnnotations:
         if ann.get("seg") is not None:
             seg = np.array(ann["seg"])
         else:
-            name = require(ann, "seg_map", "LoadAnnotations: ann_info (with_seg needs 'seg_map' or 'seg')")
+            name = require(
+                ann, "seg_map", "LoadAnnotations: ann_info (with_seg needs 'seg_map' or 'seg')"
+            )
             path = _join(results.get("seg_prefix"), name)
             if not osp.isfile(path):
-                raise FileNotFoundError(f"LoadAnnotations: segmentation map file {path!r} does not exist")
+                raise FileNotFoundError(
+                    f"LoadAnnotations: segmentation map file {path!r} does not exist"
+                )
             image_mod = import_pil("LoadAnnotations")
             try:
                 with image_mod.open(path) as pil:
                     seg = np.array(pil)
             except OSError as err:
-                raise ValueError(f"LoadAnnotations: cannot decode segmentation map {path!r}: {err}") from None
+                raise ValueError(
+                    f"LoadAnnotations: cannot decode segmentation map {path!r}: {err}"
+                ) from None
         if seg.ndim != 2:
-            raise ValueError(f"LoadAnnotations: the segmentation map must be 2-D (H, W), got shape {seg.shape}")
+            raise ValueError(
+                f"LoadAnnotations: the segmentation map must be 2-D (H, W), got shape {seg.shape}"
+            )
         return seg
 
     def __repr__(self) -> str:

@@ -1,4 +1,5 @@
 """Photometric steps: change pixel values, never geometry."""
+
 from __future__ import annotations
 
 from typing import Sequence, Union
@@ -6,8 +7,8 @@ from typing import Sequence, Union
 import numpy as np
 import torch
 
-from ..registry import TRANSFORMS
-from ._fields import img_fields
+from mmpar.data.transforms._fields import img_fields
+from mmpar.registry import TRANSFORMS
 
 __all__ = ["Normalize"]
 
@@ -16,9 +17,13 @@ def _vector(values: Sequence[float], argument: str) -> np.ndarray:
     try:
         arr = np.asarray(values, dtype=np.float32)
     except (TypeError, ValueError):
-        raise TypeError(f"Normalize: {argument} must be a sequence of numbers, got {values!r}") from None
+        raise TypeError(
+            f"Normalize: {argument} must be a sequence of numbers, got {values!r}"
+        ) from None
     if arr.ndim != 1 or arr.size == 0:
-        raise ValueError(f"Normalize: {argument} must be a 1-D sequence with one value per channel, got {values!r}")
+        raise ValueError(
+            f"Normalize: {argument} must be a 1-D sequence with one value per channel, got {values!r}"
+        )
     return arr
 
 
@@ -59,19 +64,27 @@ class Normalize:
     """
 
     def __init__(
-        self, mean: Sequence[float], std: Sequence[float], to_rgb: bool = True, on_device: Union[bool, str] = False
+        self,
+        mean: Sequence[float],
+        std: Sequence[float],
+        to_rgb: bool = True,
+        on_device: Union[bool, str] = False,
     ) -> None:
         self.mean = _vector(mean, "mean")
         self.std = _vector(std, "std")
         if self.mean.shape != self.std.shape:
-            raise ValueError(f"Normalize: mean and std need the same length, got {len(self.mean)} and {len(self.std)}")
+            raise ValueError(
+                f"Normalize: mean and std need the same length, got {len(self.mean)} and {len(self.std)}"
+            )
         if np.any(self.std == 0):
             raise ValueError(f"Normalize: std must not contain zeros, got {list(std)}")
         self.to_rgb = bool(to_rgb)
         if on_device == "auto":
             on_device = torch.cuda.is_available()
         if not isinstance(on_device, bool):
-            raise ValueError(f"Normalize: on_device must be True, False or 'auto', got {on_device!r}")
+            raise ValueError(
+                f"Normalize: on_device must be True, False or 'auto', got {on_device!r}"
+            )
         self.on_device = on_device
 
     def __call__(self, results: dict) -> dict:
@@ -93,7 +106,9 @@ class Normalize:
             results[key] = out
         if swap:
             results["channel_order"] = "rgb"
-        results["img_norm_cfg"] = dict(mean=self.mean.copy(), std=self.std.copy(), to_rgb=self.to_rgb)
+        results["img_norm_cfg"] = dict(
+            mean=self.mean.copy(), std=self.std.copy(), to_rgb=self.to_rgb
+        )
         return results
 
     def _record(self, results: dict, swap: bool) -> dict:
@@ -109,10 +124,18 @@ class Normalize:
         norm_hw = tuple(int(s) for s in results[keys[0]].shape[:2]) if keys else None
         if swap:
             results["channel_order"] = "rgb"  # what the model will see
-        results["img_norm_cfg"] = dict(mean=self.mean.copy(), std=self.std.copy(), to_rgb=self.to_rgb,
-                                       on_device=True, swap_rb=swap, norm_hw=norm_hw)
+        results["img_norm_cfg"] = dict(
+            mean=self.mean.copy(),
+            std=self.std.copy(),
+            to_rgb=self.to_rgb,
+            on_device=True,
+            swap_rb=swap,
+            norm_hw=norm_hw,
+        )
         return results
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}(mean={self.mean.tolist()}, std={self.std.tolist()}, to_rgb={self.to_rgb}"
-                + (", on_device=True)" if self.on_device else ")"))
+        return (
+            f"{type(self).__name__}(mean={self.mean.tolist()}, std={self.std.tolist()}, to_rgb={self.to_rgb}"
+            + (", on_device=True)" if self.on_device else ")")
+        )

@@ -1,4 +1,5 @@
 """Write configs as readable Python text and check that they can be dumped."""
+
 from __future__ import annotations
 
 import keyword
@@ -39,13 +40,18 @@ def _inline(value: Any) -> str:
 def _block(value: Any, indent: int) -> str:
     """``value`` as Python text whose inner lines are indented by ``indent + 4``."""
     one_line = _inline(value)
-    if indent + len(one_line) <= _LINE_WIDTH or not isinstance(value, (dict, list, tuple)) or not value:
+    if (
+        indent + len(one_line) <= _LINE_WIDTH
+        or not isinstance(value, (dict, list, tuple))
+        or not value
+    ):
         return one_line
     pad, inner = " " * indent, " " * (indent + _INDENT)
     if isinstance(value, dict):
         named = all(_is_name(k) for k in value)
         lines = [
-            f"{inner}{k}={_block(v, indent + _INDENT)}," if named
+            f"{inner}{k}={_block(v, indent + _INDENT)},"
+            if named
             else f"{inner}{_inline(k)}: {_block(v, indent + _INDENT)},"
             for k, v in value.items()
         ]
@@ -106,11 +112,17 @@ def _check_value(value: Any, path: str, for_json: bool) -> None:
     if isinstance(value, dict):
         for k, v in value.items():
             if for_json and not isinstance(k, str):
-                raise ValueError(f"config key {path}.{k!r}: JSON needs str keys, got {type(k).__name__}")
+                raise ValueError(
+                    f"config key {path}.{k!r}: JSON needs str keys, got {type(k).__name__}"
+                )
             if not isinstance(k, _SCALARS):
-                raise ValueError(f"config key {path}.{k!r}: keys must be str, numbers, bools or None")
+                raise ValueError(
+                    f"config key {path}.{k!r}: keys must be str, numbers, bools or None"
+                )
             if k == "_delete_":
-                raise ValueError(f"config key {path}._delete_: would be read back as a merge directive")
+                raise ValueError(
+                    f"config key {path}._delete_: would be read back as a merge directive"
+                )
             _check_value(v, f"{path}.{k}", for_json)
         return
     if type(value) in (list, tuple):

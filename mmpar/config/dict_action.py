@@ -1,4 +1,5 @@
 """DictAction: ``--cfg-options key=value ...`` on the command line, parsed without eval."""
+
 from __future__ import annotations
 
 import argparse

@@ -18,6 +18,7 @@ module-level names become the config, except names starting with ``_`` (other th
 ``_base_``) and imported modules, functions and classes. JSON configs are data only;
 they may also hold a ``_base_`` key.
 """
+
 from __future__ import annotations
 
 import copy
@@ -27,12 +28,11 @@ from pathlib import Path
 from types import BuiltinFunctionType, FunctionType, ModuleType
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
-from mmpar.config_action import DictAction
-from mmpar.config_dict import ConfigDict, merge_dicts, set_by_path, to_plain
-from mmpar.config_format import check_dumpable, format_python
-from mmpar.registry import _with_prefix
+from mmpar.config.config_dict import ConfigDict, merge_dicts, set_by_path, to_plain
+from mmpar.config.formats import check_dumpable, format_python
+from mmpar.utils.exceptions import with_prefix
 
-__all__ = ["Config", "ConfigDict", "DictAction"]
+__all__ = ["Config"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 _EXTENSIONS = (".py", ".json")
@@ -42,7 +42,9 @@ _SKIPPED_TYPES = (ModuleType, FunctionType, BuiltinFunctionType, type)
 
 def _check_extension(path: Path, what: str) -> None:
     if path.suffix not in _EXTENSIONS:
-        raise ValueError(f"{what}: expected a .py or .json file, got {str(path)!r} (extension {path.suffix!r})")
+        raise ValueError(
+            f"{what}: expected a .py or .json file, got {str(path)!r} (extension {path.suffix!r})"
+        )
 
 
 def _read_python(path: Path, text: str) -> Dict[str, Any]:
@@ -63,7 +65,7 @@ def _read_python(path: Path, text: str) -> Dict[str, Any]:
             if tb.tb_frame.f_code.co_filename == str(path):
                 line = tb.tb_lineno
             tb = tb.tb_next
-        new = _with_prefix(exc, f"error in Python config {path}, line {line}")
+        new = with_prefix(exc, f"error in Python config {path}, line {line}")
         if new is exc:
             raise
         raise new from exc
@@ -78,9 +80,13 @@ def _read_json(path: Path, text: str) -> Dict[str, Any]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"invalid JSON config {path}, line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+        raise ValueError(
+            f"invalid JSON config {path}, line {exc.lineno}, column {exc.colno}: {exc.msg}"
+        ) from None
     if not isinstance(data, dict):
-        raise ValueError(f"JSON config {path}: expected an object at the top level, got {type(data).__name__}")
+        raise ValueError(
+            f"JSON config {path}: expected an object at the top level, got {type(data).__name__}"
+        )
     return data
 
 
@@ -96,7 +102,9 @@ def _base_paths(raw: Any, path: Path) -> List[Path]:
         base = (path.parent / os.path.expanduser(name)).resolve()
         _check_extension(base, f"_base_ {name!r} in {path}")
         if not base.is_file():
-            raise FileNotFoundError(f"base config {str(base)!r} not found (_base_ {name!r} in {path})")
+            raise FileNotFoundError(
+                f"base config {str(base)!r} not found (_base_ {name!r} in {path})"
+            )
         paths.append(base)
     return paths
 
@@ -121,7 +129,9 @@ def _load(path: Path, chain: Tuple[Path, ...]) -> Tuple[ConfigDict, List[Tuple[P
 
 def _as_path(path: Any, argument: str) -> Path:
     if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"{argument}: expected a str or os.PathLike path, got {type(path).__name__} {path!r}")
+        raise TypeError(
+            f"{argument}: expected a str or os.PathLike path, got {type(path).__name__} {path!r}"
+        )
     return Path(path)
 
 
@@ -144,7 +154,10 @@ class Config:
     _OWN = ("_cfg_dict", "_filename", "_text")
 
     def __init__(
-        self, cfg_dict: Optional[Mapping[str, Any]] = None, filename: Optional[PathLike] = None, text: str = ""
+        self,
+        cfg_dict: Optional[Mapping[str, Any]] = None,
+        filename: Optional[PathLike] = None,
+        text: str = "",
     ) -> None:
         if cfg_dict is not None and not isinstance(cfg_dict, Mapping):
             raise TypeError(f"cfg_dict: expected a mapping or None, got {type(cfg_dict).__name__}")
@@ -220,11 +233,15 @@ class Config:
             ValueError: a key cannot be followed (see :func:`mmpar.config_dict.set_by_path`).
         """
         if not isinstance(options, Mapping):
-            raise TypeError(f"options: expected a mapping of dotted keys to values, got {type(options).__name__}")
+            raise TypeError(
+                f"options: expected a mapping of dotted keys to values, got {type(options).__name__}"
+            )
         updated = copy.deepcopy(self._cfg_dict)
         for key, value in options.items():
             if not isinstance(key, str):
-                raise TypeError(f"options: keys must be dotted str keys, got {type(key).__name__} {key!r}")
+                raise TypeError(
+                    f"options: keys must be dotted str keys, got {type(key).__name__} {key!r}"
+                )
             set_by_path(updated, key, value, allow_list_keys)
         object.__setattr__(self, "_cfg_dict", updated)
 
@@ -265,7 +282,9 @@ class Config:
 
     def __setattr__(self, name: str, value: Any) -> None:
         if hasattr(type(self), name):
-            raise AttributeError(f"Config.{name} is not a config key; use cfg[{name!r}] = ... for one")
+            raise AttributeError(
+                f"Config.{name} is not a config key; use cfg[{name!r}] = ... for one"
+            )
         self._cfg_dict[name] = value
 
     def __delattr__(self, name: str) -> None:

@@ -1,4 +1,5 @@
 """ConfigDict, a dict with attribute access, and the merge rules of configs."""
+
 from __future__ import annotations
 
 from typing import Any, List, Mapping, Sequence
@@ -60,7 +61,9 @@ class ConfigDict(dict):
         try:
             return self[name]
         except KeyError:
-            raise AttributeError(f"ConfigDict has no key {name!r}; keys: {sorted(map(str, self))}") from None
+            raise AttributeError(
+                f"ConfigDict has no key {name!r}; keys: {sorted(map(str, self))}"
+            ) from None
 
     def __setattr__(self, name: str, value: Any) -> None:
         self[name] = value
@@ -84,7 +87,9 @@ class ConfigDict(dict):
         return result
 
     def __dir__(self) -> List[str]:
-        return sorted(set(super().__dir__()) | {k for k in self if isinstance(k, str) and k.isidentifier()})
+        return sorted(
+            set(super().__dir__()) | {k for k in self if isinstance(k, str) and k.isidentifier()}
+        )
 
     def to_dict(self) -> dict:
         """Plain nested dicts, lists and tuples, sharing no containers with this one."""
@@ -180,7 +185,9 @@ def set_by_path(root: dict, key: str, value: Any, allow_list_keys: bool = True) 
     _set(root, parts, 0, value, key, allow_list_keys)
 
 
-def _set(node: Any, parts: Sequence[str], depth: int, value: Any, key: str, allow_lists: bool) -> Any:
+def _set(
+    node: Any, parts: Sequence[str], depth: int, value: Any, key: str, allow_lists: bool
+) -> Any:
     """Set ``parts[depth:]`` inside ``node``; returns ``node`` or, for a tuple, its copy."""
     head, last = parts[depth], depth == len(parts) - 1
     where = ".".join(parts[:depth]) or "the config root"
@@ -196,8 +203,10 @@ def _set(node: Any, parts: Sequence[str], depth: int, value: Any, key: str, allo
     if isinstance(node, (list, tuple)):
         index = _list_index(node, head, where, key, allow_lists)
         items = node if isinstance(node, list) else list(node)
-        items[index] = _merged(items[index], value, key) if last else _set(
-            items[index], parts, depth + 1, value, key, allow_lists
+        items[index] = (
+            _merged(items[index], value, key)
+            if last
+            else _set(items[index], parts, depth + 1, value, key, allow_lists)
         )
         return items if isinstance(node, list) else tuple(items)
     raise ValueError(
@@ -215,11 +224,17 @@ def _merged(old: Any, value: Any, key: str) -> Any:
 def _list_index(node: Sequence, head: str, where: str, key: str, allow_lists: bool) -> int:
     kind = type(node).__name__
     if not allow_lists:
-        raise ValueError(f"{key!r}: {where!r} is a {kind}; indexing into it needs allow_list_keys=True")
+        raise ValueError(
+            f"{key!r}: {where!r} is a {kind}; indexing into it needs allow_list_keys=True"
+        )
     try:
         index = int(head)
     except ValueError:
-        raise ValueError(f"{key!r}: {where!r} is a {kind}; expected an integer index, got {head!r}") from None
+        raise ValueError(
+            f"{key!r}: {where!r} is a {kind}; expected an integer index, got {head!r}"
+        ) from None
     if not -len(node) <= index < len(node):
-        raise ValueError(f"{key!r}: index {index} is out of range for {where!r}, a {kind} of length {len(node)}")
+        raise ValueError(
+            f"{key!r}: index {index} is out of range for {where!r}, a {kind} of length {len(node)}"
+        )
     return index

@@ -14,12 +14,15 @@ Registries form a tree. A child is created with a ``parent`` and a ``scope``; it
 sees its own entries first and falls back to its parent's. ``"scope.Name"`` looks
 ``Name`` up in the registry of that scope.
 """
+
 from __future__ import annotations
 
 from types import MappingProxyType
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
-__all__ = ["Registry"]
+from mmpar.utils.exceptions import with_prefix
+
+__all__ = ["Registry", "check_build_cfg"]
 
 
 class Registry:
@@ -39,21 +42,31 @@ class Registry:
             that scope.
     """
 
-    def __init__(self, name: str, parent: Optional["Registry"] = None, scope: Optional[str] = None) -> None:
+    def __init__(
+        self, name: str, parent: Optional["Registry"] = None, scope: Optional[str] = None
+    ) -> None:
         if not isinstance(name, str):
             raise TypeError(f"Registry name: expected a str, got {type(name).__name__} {name!r}")
         if not name:
             raise ValueError("Registry name: expected a non-empty str, got ''")
         if parent is not None and not isinstance(parent, Registry):
-            raise TypeError(f"Registry {name!r}: parent must be a Registry or None, got {type(parent).__name__}")
+            raise TypeError(
+                f"Registry {name!r}: parent must be a Registry or None, got {type(parent).__name__}"
+            )
         if scope is not None:
             if not isinstance(scope, str):
-                raise TypeError(f"Registry {name!r}: scope must be a str or None, got {type(scope).__name__}")
+                raise TypeError(
+                    f"Registry {name!r}: scope must be a str or None, got {type(scope).__name__}"
+                )
             if not scope or "." in scope:
-                raise ValueError(f"Registry {name!r}: scope must be non-empty and contain no '.', got {scope!r}")
+                raise ValueError(
+                    f"Registry {name!r}: scope must be non-empty and contain no '.', got {scope!r}"
+                )
         if parent is not None:
             if scope is None:
-                raise ValueError(f"Registry {name!r}: a child registry needs a scope (parent is {parent.name!r})")
+                raise ValueError(
+                    f"Registry {name!r}: a child registry needs a scope (parent is {parent.name!r})"
+                )
             if scope in parent._children:
                 raise ValueError(
                     f"Registry {name!r}: parent registry {parent.name!r} already has a child with scope {scope!r}"
@@ -118,7 +131,9 @@ class Registry:
             KeyError: a name is already registered and ``force`` is False.
         """
         if not isinstance(force, bool):
-            raise TypeError(f"register_module: force must be a bool, got {type(force).__name__} {force!r}")
+            raise TypeError(
+                f"register_module: force must be a bool, got {type(force).__name__} {force!r}"
+            )
         names = self._check_names(name)
         if module is not None:
             self._register(module, names, force)
@@ -138,10 +153,14 @@ class Registry:
         elif isinstance(name, (list, tuple)) and all(isinstance(n, str) for n in name):
             names = list(name)
         else:
-            raise TypeError(f"register_module: name must be None, a str or a list of str, got {name!r}")
+            raise TypeError(
+                f"register_module: name must be None, a str or a list of str, got {name!r}"
+            )
         for n in names:
             if not n or "." in n:
-                raise ValueError(f"register_module: a name must be non-empty and contain no '.', got {n!r}")
+                raise ValueError(
+                    f"register_module: a name must be non-empty and contain no '.', got {n!r}"
+                )
         return names
 
     def _register(self, module: Any, names: Optional[List[str]], force: bool) -> None:
@@ -204,14 +223,18 @@ class Registry:
                 that are.
         """
         if not isinstance(key, str):
-            raise TypeError(f"Registry {self._name!r}: key must be a str, got {type(key).__name__} {key!r}")
+            raise TypeError(
+                f"Registry {self._name!r}: key must be a str, got {type(key).__name__} {key!r}"
+            )
         target: Optional[Registry] = self
         name = key
         if "." in key:
             scope, name = key.split(".", 1)
             target = self._find_scope(scope) or self._root()._find_scope(scope)
             if target is None:
-                raise KeyError(f"{key!r}: no registry with scope {scope!r} in the tree of registry {self._name!r}")
+                raise KeyError(
+                    f"{key!r}: no registry with scope {scope!r} in the tree of registry {self._name!r}"
+                )
         try:
             return target._lookup(name)
         except KeyError:
@@ -251,7 +274,9 @@ class Registry:
                 the registry and type names prefixed to the message.
         """
         if not isinstance(cfg, Mapping):
-            raise TypeError(f"Registry {self._name!r}: cfg must be a mapping (dict), got {type(cfg).__name__}")
+            raise TypeError(
+                f"Registry {self._name!r}: cfg must be a mapping (dict), got {type(cfg).__name__}"
+            )
         kwargs = dict(cfg)
         for key, value in default_args.items():
             kwargs.setdefault(key, value)
@@ -275,7 +300,7 @@ class Registry:
         try:
             return obj_cls(**kwargs)
         except Exception as exc:
-            new = _with_prefix(exc, f"{self._name}.{type_name}")
+            new = with_prefix(exc, f"{self._name}.{type_name}")
             if new is exc:
                 raise
             raise new from exc
@@ -309,14 +334,23 @@ class Registry:
         return f"Registry(name={self._name!r}{scope}, items={sorted(self._modules)})"
 
 
-def _with_prefix(exc: Exception, prefix: str) -> Exception:
-    """A new exception of ``exc``'s type whose message is ``prefix: message``.
+def check_build_cfg(cfg: Any, argument: str) -> Mapping[str, Any]:
+    """``cfg`` itself, checked to be a dict with a ``type`` key.
 
-    Exceptions whose constructor does not take one message come back unchanged.
+    Args:
+        cfg: The config to check.
+        argument: What the config configures, for the message (e.g. ``"model"``).
+
+    Raises:
+        TypeError: ``cfg`` is not a mapping.
+        KeyError: ``cfg`` has no ``type``.
     """
-    message = exc.args[0] if isinstance(exc, KeyError) and len(exc.args) == 1 else str(exc)
-    try:
-        new = type(exc)(f"{prefix}: {message}")
-    except Exception:
-        return exc
-    return new
+    if not isinstance(cfg, Mapping):
+        raise TypeError(
+            f"{argument}: expected a dict with a 'type' key, got {type(cfg).__name__} {cfg!r}"
+        )
+    if "type" not in cfg:
+        raise KeyError(
+            f"{argument}: expected a dict with a 'type' key, got keys {sorted(map(str, cfg))}"
+        )
+    return cfg
