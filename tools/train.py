@@ -4,8 +4,10 @@
 Examples::
 
     python tools/train.py configs/tiny_det/tiny_det_synthetic.py
-    python tools/train.py CONFIG --work-dir work_dirs/run1 --seed 0 --cfg-options runner.max_epochs=2
+    python tools/train.py CONFIG --work-dir work_dirs/run1 --seed 0 \
+        --cfg-options runner.max_epochs=2
     python tools/train.py CONFIG --auto-resume
+    python tools/train.py CONFIG --amp --compile
     python -m torch.distributed.run --nproc_per_node=2 tools/train.py CONFIG --launcher pytorch
 
 Config files are Python and run as code: only use configs you trust.
@@ -44,6 +46,7 @@ from mmpar.runner.cli import (
 )
 from mmpar.runner.launch import run_device, scale_lr
 from mmpar.runner.logger import get_logger
+from mmpar.runner.optim_step import resolve_precision
 from mmpar.runner.rng import DETERMINISTIC_CUBLAS, set_random_seed
 
 
@@ -81,6 +84,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         action="store_true",
         help="scale the lr by the total batch size against auto_scale_lr.base_batch_size",
     )
+    parser.add_argument(
+        "--amp",
+        action="store_true",
+        help="mixed precision: the config's amp settings, else bfloat16 where the device "
+        "supports it, else float16 with a dynamic loss scale",
+    )
     add_cfg_options(parser)
     add_launcher_args(parser)
     return parser.parse_args(argv)
@@ -113,6 +122,8 @@ def _resolve_seed(args: argparse.Namespace, cfg, resume_meta: Optional[dict]) ->
 def main(argv=None) -> int:
     args = parse_args(argv)
     cfg = load_config(args.config, args.cfg_options)
+    if args.amp:
+        cfg["amp"] = cfg.get("amp") or True
     work_dir = resolve_work_dir(args.work_dir, cfg, args.config)
     resume_meta = _resolve_resume(args, cfg, work_dir)
     if args.deterministic or cfg.get("deterministic"):
@@ -141,11 +152,15 @@ def main(argv=None) -> int:
     device = run_device(distributed)
     if device.type == "cpu" and torch.cuda.is_available():
         logger.info(
-            f"training on the CPU although CUDA is available: the {torch.distributed.get_backend()} "
-            "backend runs on the CPU (nccl would use the GPUs)"
+            "training on the CPU although CUDA is available: the "
+            f"{torch.distributed.get_backend()} backend runs on the CPU (nccl would use the GPUs)"
         )
     else:
         logger.info(f"training on {device}")
+    try:
+        resolve_precision(cfg, device)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        fail(str(exc))
     seed = _resolve_seed(args, cfg, resume_meta)
     deterministic = bool(args.deterministic or cfg.get("deterministic"))
     cfg["seed"], cfg["deterministic"] = seed, deterministic

@@ -177,17 +177,19 @@ class TinyDet(nn.Module):
                 raise ValueError(
                     f"TinyDet: {name} holds {len(value)} entries for {img.shape[0]} images"
                 )
-        heat, size, offset = self.extract(img)
-        out_hw = (heat.shape[2], heat.shape[3])
-        targets = make_targets(gt_bboxes, gt_labels, self.num_classes, out_hw, self.stride)
-        mask = valid_mask(img_metas, out_hw, self.stride, heat.device)
-        loss_size, loss_offset = regression_losses(size, offset, targets)
-        weights = self.loss_weights
-        return OrderedDict(
-            loss_heatmap=weights["heatmap"] * focal_loss(heat, targets.heatmap, mask),
-            loss_size=weights["size"] * loss_size,
-            loss_offset=weights["offset"] * loss_offset,
-        )
+        # Under autocast the heads run in half precision; the losses are computed in float32.
+        heat, size, offset = (t.float() for t in self.extract(img))
+        with torch.autocast(heat.device.type, enabled=False):
+            out_hw = (heat.shape[2], heat.shape[3])
+            targets = make_targets(gt_bboxes, gt_labels, self.num_classes, out_hw, self.stride)
+            mask = valid_mask(img_metas, out_hw, self.stride, heat.device)
+            loss_size, loss_offset = regression_losses(size, offset, targets)
+            weights = self.loss_weights
+            return OrderedDict(
+                loss_heatmap=weights["heatmap"] * focal_loss(heat, targets.heatmap, mask),
+                loss_size=weights["size"] * loss_size,
+                loss_offset=weights["offset"] * loss_offset,
+            )
 
     @torch.no_grad()
     def forward_test(
@@ -204,7 +206,7 @@ class TinyDet(nn.Module):
             by decreasing score, clipped to the image; in original image pixels when
             ``rescale`` (divided by ``scale_factor``), else in input pixels.
         """
-        heat, size, offset = self.extract(img)
+        heat, size, offset = (t.float() for t in self.extract(img))  # decoded in float32
         heat = heat.masked_fill(
             valid_mask(img_metas, heat.shape[2:], self.stride, heat.device) == 0, -1e4
         )

@@ -1,4 +1,7 @@
-"""train_model: a whole training run from a config: data, wrapper, optimizer, resume, epochs, checkpoints, evaluation."""
+"""train_model: a whole training run from a config.
+
+Data, wrapper, optimizer, precision, resume, epochs, checkpoints and evaluation.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from torch import nn
 from mmpar.data import build_dataloader
 from mmpar.dist import all_gather_object_list, barrier, get_dist_info
 from mmpar.models.builder import build_optimizer
+from mmpar.runner.amp import autocast
 from mmpar.runner.checkpoint import (
     load_checkpoint,
     remove_stale_temporaries,
@@ -30,6 +34,7 @@ from mmpar.runner.inference import (
 from mmpar.runner.launch import run_device, wrap_model
 from mmpar.runner.logger import JsonLogWriter
 from mmpar.runner.lr_schedule import check_lr_config
+from mmpar.runner.optim_step import OptimizerStepper, build_stepper, describe
 from mmpar.runner.rng import get_rng_state, set_rng_state
 from mmpar.runner.train_loop import TrainState, train_one_epoch
 
@@ -94,15 +99,17 @@ def train_model(
     """Train ``model`` on ``dataset`` as ``cfg`` says, and evaluate it on ``val_dataset``.
 
     Config keys used: ``work_dir``, ``seed``, ``data.samples_per_gpu``,
-    ``data.workers_per_gpu``, ``optimizer``, ``optimizer_config.grad_clip``,
-    ``lr_config``, ``runner.max_epochs``, ``checkpoint_config.interval``,
+    ``data.workers_per_gpu``, ``optimizer``, ``optimizer_config`` (``grad_clip``,
+    ``cumulative_iters``, mmcv's ``type``), ``amp``/``fp16`` (see
+    :mod:`mmpar.runner.amp`), ``lr_config``, ``runner.max_epochs``, ``checkpoint_config.interval``,
     ``log_config.interval``, ``evaluation`` (``interval``: every N epochs, 0 for the
     end only; ``before_train``), ``resume_from``, ``load_from``,
     ``find_unused_parameters``.
 
     A checkpoint ``epoch_N.pth`` (model, optimizer, epoch, iteration, rng states,
     config) is written atomically after every ``interval`` epochs and the last
-    one, and ``latest.pth`` points at it. With ``resume_from`` everything is
+    one, and ``latest.pth`` points at it (float16 runs add ``amp``: the loss
+    scaler's state). With ``resume_from`` everything is
     restored, so that the run continues exactly as an uninterrupted one with the
     same seed would.
 
@@ -136,8 +143,10 @@ def train_model(
     )
     seed = cfg.get("seed")
     data_cfg = cfg.data
-    # Pinned batches on a GPU (build_dataloader's default with CUDA), none for a CPU run on a GPU machine (gloo).
-    pin = None if run_device(distributed).type == "cuda" else False
+    # Pinned batches on a GPU (build_dataloader's default with CUDA), none for a CPU run on a
+    # GPU machine (gloo).
+    device = run_device(distributed)
+    pin = None if device.type == "cuda" else False
     loader = build_dataloader(
         dataset,
         data_cfg.samples_per_gpu,
@@ -149,6 +158,8 @@ def train_model(
     )
     model = wrap_model(model, distributed, bool(_get(cfg, "find_unused_parameters", False)))
     optimizer = build_optimizer(model, cfg.optimizer)
+    stepper = build_stepper(cfg, model, optimizer, device)
+    logger.info(describe(stepper))
     base_lr = float(cfg.optimizer["lr"])
     lr_config = check_lr_config(cfg.get("lr_config"))
     state = TrainState(max_epochs=int(cfg.runner["max_epochs"]), iters_per_epoch=len(loader))
@@ -157,6 +168,8 @@ def train_model(
         checkpoint = load_checkpoint(cfg.resume_from, model, optimizer)
         state.epoch, state.iter = int(checkpoint["meta"]["epoch"]), int(checkpoint["meta"]["iter"])
         rng = _own_rng_state(checkpoint)
+        if stepper.load_state_dict(checkpoint.get("amp")):
+            logger.info(f"loss scaler restored: scale {stepper.scaler.get_scale():g}")
         logger.info(f"resumed from {cfg.resume_from}: epoch {state.epoch}, iter {state.iter}")
     elif cfg.get("load_from"):
         load_checkpoint(cfg.load_from, model)
@@ -186,7 +199,8 @@ def train_model(
         )
     metrics: Dict[str, Any] = dict(before=None, after=None, state=state)
     if validate and state.epoch == 0 and _get(eval_cfg, "before_train", True):
-        metrics["before"] = evaluate(model, val_loader, val_dataset, distributed)
+        with autocast(stepper.amp_dtype, device):
+            metrics["before"] = evaluate(model, val_loader, val_dataset, distributed)
         _log_eval(logger, json_log, metrics["before"], state, "before training")
     if rng is not None:
         set_rng_state(rng)
@@ -196,12 +210,12 @@ def train_model(
     log_interval = int(_get(_get(cfg, "log_config", {}), "interval", 10))
     if log_interval < 1:
         raise ValueError(
-            f"log_config.interval: expected an int >= 1 (iterations between log lines), got {log_interval}"
+            "log_config.interval: expected an int >= 1 (iterations between log lines), "
+            f"got {log_interval}"
         )
-    grad_clip = _get(_get(cfg, "optimizer_config", {}), "grad_clip", None)
     logger.info(
-        f"start training: epochs {state.epoch + 1}..{state.max_epochs}, {state.iters_per_epoch} iterations each, "
-        f"work_dir {work_dir}"
+        f"start training: epochs {state.epoch + 1}..{state.max_epochs}, "
+        f"{state.iters_per_epoch} iterations each, work_dir {work_dir}"
     )
     while state.epoch < state.max_epochs:
         train_one_epoch(
@@ -214,13 +228,14 @@ def train_model(
             logger,
             json_log,
             log_interval,
-            grad_clip,
+            stepper=stepper,
         )
         last = state.epoch == state.max_epochs
         if last or (ckpt_interval > 0 and state.epoch % ckpt_interval == 0):
-            _save(work_dir, model, optimizer, cfg, state, seed, logger)
+            _save(work_dir, model, optimizer, cfg, state, seed, logger, stepper)
         if validate and (last or (eval_interval > 0 and state.epoch % eval_interval == 0)):
-            metrics["after"] = evaluate(model, val_loader, val_dataset, distributed)
+            with autocast(stepper.amp_dtype, device):
+                metrics["after"] = evaluate(model, val_loader, val_dataset, distributed)
             _log_eval(logger, json_log, metrics["after"], state, "val")
     return metrics
 
@@ -243,6 +258,7 @@ def _save(
     state: TrainState,
     seed: Optional[int],
     logger: logging.Logger,
+    stepper: OptimizerStepper,
 ) -> None:
     rank, world_size = get_dist_info()
     rng_ranks = all_gather_object_list(
@@ -257,6 +273,7 @@ def _save(
             _meta(cfg, state, seed),
             rng_ranks[0],
             rng_ranks if world_size > 1 else None,
+            extra=None if stepper.state_dict() is None else dict(amp=stepper.state_dict()),
         )
         update_latest(path)
         logger.info(f"saved checkpoint {path}")

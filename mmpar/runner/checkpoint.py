@@ -127,6 +127,7 @@ def save_checkpoint(
     meta: Optional[Mapping[str, Any]] = None,
     rng: Optional[Mapping[str, Any]] = None,
     rng_ranks: Optional[Sequence[Mapping[str, Any]]] = None,
+    extra: Optional[Mapping[str, Any]] = None,
 ) -> None:
     """Save model, optimizer, meta data and random states atomically (see the module docstring).
 
@@ -138,9 +139,12 @@ def save_checkpoint(
         rng: From :func:`mmpar.runner.rng.get_rng_state` (this process's states).
         rng_ranks: Every rank's states, indexed by rank, in a distributed run:
             each rank resumes its own random streams.
+        extra: More top-level entries of plain values and tensors, e.g.
+            ``amp=dict(scaler=...)``; they may not replace the entries above.
 
     Raises:
         TypeError: ``model`` is not an ``nn.Module`` or ``meta`` is not a dict.
+        ValueError: ``extra`` names an entry written above.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"save_checkpoint: model must be an nn.Module, got {type(model).__name__}")
@@ -155,6 +159,10 @@ def save_checkpoint(
         checkpoint["rng"] = dict(rng)
     if rng_ranks is not None:
         checkpoint["rng_ranks"] = [dict(r) for r in rng_ranks]
+    clash = sorted(set(extra or {}) & {"meta", "state_dict", "optimizer", "rng", "rng_ranks"})
+    if clash:
+        raise ValueError(f"save_checkpoint: extra may not replace the entries {clash}")
+    checkpoint.update(extra or {})
     atomic_write(path, lambda f: torch.save(checkpoint, f))
 
 
@@ -165,7 +173,7 @@ def load_checkpoint(
     map_location: Union[str, torch.device] = "cpu",
     strict: bool = True,
 ) -> Dict[str, Any]:
-    """Read a checkpoint (``weights_only=True``: no code runs) and load it into ``model``/``optimizer``.
+    """Read a checkpoint (``weights_only=True``: no code runs) and load it into a model/optimizer.
 
     Args:
         path: The file (a ``latest.pth`` symlink is followed).
@@ -179,8 +187,8 @@ def load_checkpoint(
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
-        ValueError: the file cannot be read with ``weights_only=True``, is not a dict, or lacks ``state_dict`` or
-            ``optimizer`` when they are to be loaded.
+        ValueError: the file cannot be read with ``weights_only=True``, is not a dict, or
+            lacks ``state_dict`` or ``optimizer`` when they are to be loaded.
     """
     file = Path(path)
     if not file.is_file():
@@ -189,8 +197,9 @@ def load_checkpoint(
         checkpoint = torch.load(file, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
         raise ValueError(
-            f"checkpoint {str(file)!r}: not loadable with weights_only=True (it holds objects other than "
-            f"tensors and plain values, or is not a checkpoint): {str(exc).splitlines()[-1]}"
+            f"checkpoint {str(file)!r}: not loadable with weights_only=True (it holds objects "
+            f"other than tensors and plain values, or is not a checkpoint): "
+            f"{str(exc).splitlines()[-1]}"
         ) from None
     except (RuntimeError, EOFError) as exc:  # a truncated or corrupt zip archive
         raise ValueError(

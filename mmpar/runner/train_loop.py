@@ -17,6 +17,7 @@ from mmpar.data import set_loader_epoch
 from mmpar.dist import collective_device
 from mmpar.runner.logger import JsonLogWriter, format_train_line
 from mmpar.runner.lr_schedule import scheduled_lr, set_lr
+from mmpar.runner.optim_step import OptimizerStepper
 
 __all__ = ["TrainState", "train_one_epoch"]
 
@@ -67,20 +68,6 @@ class _Meter:
         return OrderedDict((k, float(values[i]) / total) for i, k in enumerate(names))
 
 
-def _backward_step(
-    loss: torch.Tensor,
-    optimizer: torch.optim.Optimizer,
-    model: nn.Module,
-    grad_clip: Optional[Mapping[str, Any]],
-) -> None:
-    optimizer.zero_grad()
-    loss.backward()
-    if grad_clip:
-        params = [p for p in model.parameters() if p.requires_grad and p.grad is not None]
-        torch.nn.utils.clip_grad_norm_(params, **grad_clip)
-    optimizer.step()
-
-
 def train_one_epoch(
     model: nn.Module,
     data_loader: DataLoader,
@@ -92,6 +79,7 @@ def train_one_epoch(
     json_log: Optional[JsonLogWriter] = None,
     log_interval: int = 10,
     grad_clip: Optional[Mapping[str, Any]] = None,
+    stepper: Optional[OptimizerStepper] = None,
 ) -> None:
     """Train one epoch: epoch ``state.epoch`` (0-based), advancing ``state``.
 
@@ -99,12 +87,16 @@ def train_one_epoch(
     depends on the seed and the epoch only. Each iteration sets the scheduled lr,
     runs ``model.train_step(batch, optimizer)`` (which returns ``loss``,
     ``log_vars`` and ``num_samples``), then ``zero_grad``, ``backward``, optional
-    gradient clipping and ``step``. Every ``log_interval`` iterations and at the
+    gradient clipping and ``step``: all through ``stepper`` when given (AMP,
+    gradient accumulation; see :class:`mmpar.runner.optim_step.OptimizerStepper`),
+    else plainly with ``grad_clip``. Every ``log_interval`` iterations and at the
     end of the epoch a line goes to ``logger`` and a record to ``json_log``.
 
     Raises:
         KeyError: ``train_step`` returned no ``loss``.
     """
+    if stepper is None:
+        stepper = OptimizerStepper(model, optimizer, grad_clip)
     model.train()
     set_loader_epoch(data_loader, state.epoch)
     n = len(data_loader)
@@ -113,10 +105,7 @@ def train_one_epoch(
         data_time = time.perf_counter() - last
         lr = scheduled_lr(base_lr, lr_config, state.epoch, state.iter, state.max_iters)
         set_lr(optimizer, lr)
-        outputs = model.train_step(data, optimizer)
-        if "loss" not in outputs:
-            raise KeyError(f"train_step returned no 'loss' (keys: {sorted(outputs)})")
-        _backward_step(outputs["loss"], optimizer, model, grad_clip)
+        outputs = stepper.train_iter(data, i, n)
         state.iter += 1
         now = time.perf_counter()
         meter.add(
