@@ -5,7 +5,9 @@ Examples::
 
     python tools/test.py CONFIG work_dirs/tiny_det_synthetic/latest.pth --eval
     python tools/test.py CONFIG CKPT --out results.pkl --eval mAP
-    python -m torch.distributed.run --nproc_per_node=2 tools/test.py CONFIG CKPT --launcher pytorch --eval
+    python tools/test.py CONFIG CKPT --eval --amp
+    python -m torch.distributed.run --nproc_per_node=2 tools/test.py CONFIG CKPT \
+        --launcher pytorch --eval
 
 Results are collected from every process in dataset order, each image once. The
 metrics are printed and written as JSON: next to ``--out`` (``<out>.metrics.json``)
@@ -31,6 +33,7 @@ import numpy as np
 from mmpar.data import build_dataloader, build_dataset
 from mmpar.dist import destroy_dist, get_dist_info
 from mmpar.models import build_model
+from mmpar.runner.amp import autocast
 from mmpar.runner.checkpoint import load_checkpoint
 from mmpar.runner.cli import (
     add_cfg_options,
@@ -43,6 +46,7 @@ from mmpar.runner.cli import (
 )
 from mmpar.runner.inference import class_rows, eval_samples_per_gpu, evaluate_map, run_inference
 from mmpar.runner.launch import run_device, wrap_model
+from mmpar.runner.optim_step import resolve_precision
 
 METRICS = ("mAP",)
 OUT_FORMATS = (".pkl", ".json")
@@ -67,6 +71,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=None,
         metavar="METRIC",
         help=f"evaluate; metrics among {list(METRICS)} (default: mAP)",
+    )
+    parser.add_argument(
+        "--amp",
+        action="store_true",
+        help="autocast inference: the config's amp settings, else bfloat16 where the device "
+        "supports it, else float16 (a config with amp or fp16 autocasts without it)",
     )
     add_cfg_options(parser)
     add_launcher_args(parser)
@@ -93,7 +103,7 @@ def save_results(results: list, path: Path) -> None:
 
 
 def _json_safe(value):
-    """``value`` as strict JSON allows: NaN (the AP of a class without ground truth) becomes null."""
+    """``value`` as strict JSON allows: NaN (the AP of a class without ground truth) is null."""
     if isinstance(value, dict):
         return {k: _json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -110,6 +120,8 @@ def main(argv=None) -> int:
     metrics_wanted = (args.eval or list(METRICS)) if args.eval is not None else []
     check_choices(metrics_wanted, METRICS, "--eval")
     cfg = load_config(args.config, args.cfg_options)
+    if args.amp:
+        cfg["amp"] = cfg.get("amp") or True
     work_dir = resolve_work_dir(args.work_dir, cfg, args.config)
     if not Path(args.checkpoint).is_file():
         fail(f"checkpoint {args.checkpoint!r} not found")
@@ -131,11 +143,20 @@ def main(argv=None) -> int:
     model = build_model(cfg.model)
     load_checkpoint(args.checkpoint, model)
     model = wrap_model(model, distributed)
-    results = run_inference(model, loader, distributed)
+    device = run_device(distributed)
+    try:
+        dtype = resolve_precision(cfg, device)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        fail(str(exc))
+    if dtype is not None and rank == 0:
+        print(f"autocast inference in {str(dtype).replace('torch.', '')}", flush=True)
+    with autocast(dtype, device):
+        results = run_inference(model, loader, distributed)
 
     if rank == 0:
         print(
-            f"tested {args.checkpoint} on {dataset!r} with {world_size} process(es): {len(results)} results",
+            f"tested {args.checkpoint} on {dataset!r} with {world_size} process(es): "
+            f"{len(results)} results",
             flush=True,
         )
         if args.out:
@@ -151,7 +172,10 @@ def main(argv=None) -> int:
                 target = work_dir / f"eval_{time.strftime('%Y%m%d_%H%M%S')}.json"
             target.parent.mkdir(parents=True, exist_ok=True)
             record = dict(
-                config=args.config, checkpoint=args.checkpoint, num_images=len(results), **metrics
+                config=args.config,
+                checkpoint=args.checkpoint,
+                num_images=len(results),
+                **metrics,
             )
             target.write_text(json.dumps(_json_safe(record), indent=2, allow_nan=False) + "\n")
             print(f"metrics written to {target}", flush=True)
