@@ -174,7 +174,8 @@ def check_amp_device(settings: AmpSettings, device: torch.device) -> torch.dtype
     dtype = settings.torch_dtype(device)
     name = str(dtype).replace("torch.", "")
     if not dtype_supported(device, dtype):
-        where = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+        cuda = device.type == "cuda" and torch.cuda.is_available()
+        where = f"cuda ({torch.cuda.get_device_name(device)})" if cuda else device.type
         other = "float16" if dtype == torch.bfloat16 else "bfloat16"
         raise ValueError(
             f"{settings.source}: autocast in {name} is not supported on {where} with torch "
