@@ -34,6 +34,7 @@ import torch
 from mmpar.data import build_dataset
 from mmpar.dist import destroy_dist, get_dist_info, sync_random_seed
 from mmpar.models import build_model
+from mmpar.runner.accumulate import cumulative_iters
 from mmpar.runner.apis import train_model
 from mmpar.runner.checkpoint import find_latest_checkpoint, load_checkpoint
 from mmpar.runner.cli import (
@@ -82,7 +83,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--auto-scale-lr",
         action="store_true",
-        help="scale the lr by the total batch size against auto_scale_lr.base_batch_size",
+        help="scale the lr by the batch size of a step (samples_per_gpu x processes x "
+        "optimizer_config.cumulative_iters) against auto_scale_lr.base_batch_size",
     )
     parser.add_argument(
         "--amp",
@@ -139,10 +141,13 @@ def main(argv=None) -> int:
             scale_lr(
                 cfg.optimizer,
                 cfg.get("auto_scale_lr"),
-                cfg.data.samples_per_gpu * world_size,
+                # An optimizer step sees cumulative_iters batches of every process.
+                cfg.data.samples_per_gpu
+                * world_size
+                * cumulative_iters(cfg.get("optimizer_config")),
                 logger,
             )
-        except ValueError as exc:
+        except (TypeError, ValueError) as exc:
             fail(str(exc))
     logger.info(
         f"python {platform.python_version()}, torch {torch.__version__}, numpy {np.__version__}, "

@@ -1,0 +1,84 @@
+"""tools/train.py and tools/test.py with --amp and gradient accumulation: resume, inference."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List
+
+import pytest
+import torch
+
+from tests.test_tools import CONFIG, TINY, run_tool, train
+
+# Small and quick: width 8 (bf16 and fp16 convolutions are slow on CPUs without native support).
+SMALL = TINY + ["model.width=8"]
+# 24 images in batches of 8: 4 iterations per epoch (aspect-ratio groups are padded to whole
+# batches), so N=3 leaves a 1-batch tail each epoch.
+ACCUMULATE = ["optimizer_config.cumulative_iters=3"]
+# A dynamic scale that changes at every step, so that only a restored scaler resumes exactly.
+FLOAT16 = ["amp.dtype='float16'", "amp.loss_scale.init_scale=256.0"]
+FLOAT16 += ["amp.loss_scale.growth_interval=1"]
+
+
+def _epochs(options: List[str], epochs: int) -> List[str]:
+    return [o if o != "runner.max_epochs=2" else f"runner.max_epochs={epochs}" for o in options]
+
+
+def _assert_resume_is_exact(tmp_path: Path, options: List[str]) -> dict:
+    train(tmp_path / "straight", "--amp", "--no-validate", options=options)
+    train(tmp_path / "split", "--amp", "--no-validate", options=_epochs(options, 1))
+    proc = train(
+        tmp_path / "split",
+        "--amp",
+        "--no-validate",
+        "--resume-from",
+        str(tmp_path / "split" / "epoch_1.pth"),
+        options=options,
+    )
+    assert "resumed from" in proc.stdout
+    straight = torch.load(tmp_path / "straight" / "epoch_2.pth", weights_only=True)
+    resumed = torch.load(tmp_path / "split" / "epoch_2.pth", weights_only=True)
+    assert resumed["meta"]["iter"] == straight["meta"]["iter"] == 8
+    for key, value in straight["state_dict"].items():
+        assert torch.equal(resumed["state_dict"][key], value), key
+    return dict(straight=straight, resumed=resumed, stdout=proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def bf16_accumulated(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    tmp_path = tmp_path_factory.mktemp("bf16")
+    result = _assert_resume_is_exact(tmp_path, SMALL + ACCUMULATE)
+    result["dir"] = tmp_path / "straight"
+    return result
+
+
+def test_bf16_with_accumulation_resumes_exactly(bf16_accumulated: dict) -> None:
+    stdout = bf16_accumulated["stdout"]
+    assert "mixed precision: bfloat16 autocast" in stdout
+    assert "gradients accumulated over 3 batches per step" in stdout
+    assert "amp" not in bf16_accumulated["straight"]  # bf16 needs no loss scaler
+    assert bf16_accumulated["straight"]["meta"]["config_dict"]["amp"] is True
+
+
+def test_float16_resume_restores_the_loss_scaler(tmp_path: Path) -> None:
+    result = _assert_resume_is_exact(tmp_path, SMALL + FLOAT16)
+    scaler = result["straight"]["amp"]["scaler"]
+    assert scaler == result["resumed"]["amp"]["scaler"] and scaler["growth_interval"] == 1
+    assert "loss scaler restored: scale" in result["stdout"]
+    assert "mixed precision: float16 autocast, dynamic loss scale" in result["stdout"]
+
+
+def test_test_tool_autocasts_inference(bf16_accumulated: dict, tmp_path: Path) -> None:
+    checkpoint = str(bf16_accumulated["dir"] / "epoch_2.pth")
+    args = ["tools/test.py", CONFIG, checkpoint, "--eval", "--work-dir", str(tmp_path)]
+    proc = run_tool([*args, "--amp", "--cfg-options", *SMALL])
+    assert "autocast inference in bfloat16" in proc.stdout and "mAP@0.5: " in proc.stdout
+    plain = run_tool([*args, "--cfg-options", *SMALL])
+    assert "autocast inference" not in plain.stdout and "mAP@0.5: " in plain.stdout
+
+
+def test_contradicting_precision_options_fail_clearly(tmp_path: Path) -> None:
+    options = SMALL + ["amp.dtype='bfloat16'", "fp16.loss_scale=512.0"]
+    proc = train(tmp_path, options=options, check=False)
+    assert proc.returncode != 0 and "amp.dtype: 'bfloat16' contradicts fp16" in proc.stderr
+    assert "Traceback" not in proc.stderr
