@@ -45,6 +45,7 @@ from mmpar.runner.cli import (
     resolve_work_dir,
     start_launcher,
 )
+from mmpar.runner.compile import resolve_compile
 from mmpar.runner.launch import run_device, scale_lr
 from mmpar.runner.logger import get_logger
 from mmpar.runner.optim_step import resolve_precision
@@ -92,6 +93,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="mixed precision: the config's amp settings, else bfloat16 where the device "
         "supports it, else float16 with a dynamic loss scale",
     )
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile the model in place (the config's compile settings, if any)",
+    )
     add_cfg_options(parser)
     add_launcher_args(parser)
     return parser.parse_args(argv)
@@ -126,6 +132,8 @@ def main(argv=None) -> int:
     cfg = load_config(args.config, args.cfg_options)
     if args.amp:
         cfg["amp"] = cfg.get("amp") or True
+    if args.compile:
+        cfg["compile"] = cfg.get("compile") or True
     work_dir = resolve_work_dir(args.work_dir, cfg, args.config)
     resume_meta = _resolve_resume(args, cfg, work_dir)
     if args.deterministic or cfg.get("deterministic"):
@@ -164,6 +172,7 @@ def main(argv=None) -> int:
         logger.info(f"training on {device}")
     try:
         resolve_precision(cfg, device)
+        resolve_compile(cfg.get("compile"))
     except (TypeError, ValueError, RuntimeError) as exc:
         fail(str(exc))
     seed = _resolve_seed(args, cfg, resume_meta)

@@ -76,6 +76,9 @@ class TinyDet(nn.Module):
     """
 
     stride = 4
+    #: What ``compile = True`` compiles (see :mod:`mmpar.runner.compile`): the part that
+    #: sees only the image tensor, not the per-image box lists.
+    compile_targets = ("extract",)
 
     def __init__(
         self,

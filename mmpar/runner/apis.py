@@ -23,6 +23,7 @@ from mmpar.runner.checkpoint import (
     save_checkpoint,
     update_latest,
 )
+from mmpar.runner.compile import CompileMonitor, compile_model, resolve_compile
 from mmpar.runner.inference import (
     class_rows,
     eval_samples_per_gpu,
@@ -101,7 +102,8 @@ def train_model(
     Config keys used: ``work_dir``, ``seed``, ``data.samples_per_gpu``,
     ``data.workers_per_gpu``, ``optimizer``, ``optimizer_config`` (``grad_clip``,
     ``cumulative_iters``, mmcv's ``type``), ``amp``/``fp16`` (see
-    :mod:`mmpar.runner.amp`), ``lr_config``, ``runner.max_epochs``, ``checkpoint_config.interval``,
+    :mod:`mmpar.runner.amp`), ``compile`` (see :mod:`mmpar.runner.compile`),
+    ``lr_config``, ``runner.max_epochs``, ``checkpoint_config.interval``,
     ``log_config.interval``, ``evaluation`` (``interval``: every N epochs, 0 for the
     end only; ``before_train``), ``resume_from``, ``load_from``,
     ``find_unused_parameters``.
@@ -156,6 +158,10 @@ def train_model(
         seed=seed,
         pin_memory=pin,
     )
+    compile_settings, monitor = resolve_compile(cfg.get("compile")), None
+    if compile_settings is not None:
+        monitor = CompileMonitor(logger).install()
+        logger.info(f"torch.compile: {', '.join(compile_model(model, compile_settings))}")
     model = wrap_model(model, distributed, bool(_get(cfg, "find_unused_parameters", False)))
     optimizer = build_optimizer(model, cfg.optimizer)
     stepper = build_stepper(cfg, model, optimizer, device)
@@ -237,6 +243,9 @@ def train_model(
             with autocast(stepper.amp_dtype, device):
                 metrics["after"] = evaluate(model, val_loader, val_dataset, distributed)
             _log_eval(logger, json_log, metrics["after"], state, "val")
+    if monitor is not None:
+        logger.info(f"torch.compile over the run: {monitor.counts}")
+        monitor.remove()
     return metrics
 
 
