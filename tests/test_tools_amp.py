@@ -1,4 +1,4 @@
-"""tools/train.py and tools/test.py with --amp and gradient accumulation: resume, inference."""
+"""tools/train.py and tools/test.py with --amp, accumulation and --compile."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import List
 import pytest
 import torch
 
+from mmpar.models import build_model
 from tests.test_tools import CONFIG, TINY, run_tool, train
 
 # Small and quick: width 8 (bf16 and fp16 convolutions are slow on CPUs without native support).
@@ -82,3 +83,18 @@ def test_contradicting_precision_options_fail_clearly(tmp_path: Path) -> None:
     proc = train(tmp_path, options=options, check=False)
     assert proc.returncode != 0 and "amp.dtype: 'bfloat16' contradicts fp16" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_compiled_run_checkpoint_loads_eagerly_and_in_the_test_tool(tmp_path: Path) -> None:
+    proc = train(tmp_path, "--compile", "--no-validate", options=_epochs(SMALL, 1))
+    assert "torch.compile: TinyDet.extract" in proc.stdout
+    assert "torch.compile over the run: {'recompile': " in proc.stdout
+    checkpoint = torch.load(tmp_path / "epoch_1.pth", weights_only=True)
+    assert checkpoint["meta"]["config_dict"]["compile"] is True
+    eager = build_model(dict(type="TinyDet", num_classes=3, width=8))
+    assert list(checkpoint["state_dict"]) == list(eager.state_dict())  # no _orig_mod.
+    eager.load_state_dict(checkpoint["state_dict"])
+    args = ["tools/test.py", CONFIG, str(tmp_path / "epoch_1.pth"), "--eval"]
+    proc = run_tool([*args, "--work-dir", str(tmp_path), "--cfg-options", *SMALL])
+    assert "mAP@0.5: " in proc.stdout
