@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import pickle
 import sys
 import time
@@ -47,6 +48,7 @@ from mmpar.runner.cli import (
 from mmpar.runner.inference import class_rows, eval_samples_per_gpu, evaluate_map, run_inference
 from mmpar.runner.launch import run_device, wrap_model
 from mmpar.runner.optim_step import resolve_precision
+from mmpar.runner.speed import apply_speed_options
 
 METRICS = ("mAP",)
 OUT_FORMATS = (".pkl", ".json")
@@ -142,6 +144,10 @@ def main(argv=None) -> int:
     )
     model = build_model(cfg.model)
     load_checkpoint(args.checkpoint, model)
+    try:
+        apply_speed_options(cfg, model, False, logging.getLogger("mmpar"))
+    except TypeError as exc:
+        fail(str(exc))
     model = wrap_model(model, distributed)
     device = run_device(distributed)
     try:

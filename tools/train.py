@@ -50,6 +50,7 @@ from mmpar.runner.launch import run_device, scale_lr
 from mmpar.runner.logger import get_logger
 from mmpar.runner.optim_step import resolve_precision
 from mmpar.runner.rng import DETERMINISTIC_CUBLAS, set_random_seed
+from mmpar.runner.speed import check_flag
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -173,6 +174,8 @@ def main(argv=None) -> int:
     try:
         resolve_precision(cfg, device)
         resolve_compile(cfg.get("compile"))
+        for key in ("cudnn_benchmark", "channels_last"):
+            check_flag(cfg, key)
     except (TypeError, ValueError, RuntimeError) as exc:
         fail(str(exc))
     seed = _resolve_seed(args, cfg, resume_meta)

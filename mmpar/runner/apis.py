@@ -37,6 +37,7 @@ from mmpar.runner.logger import JsonLogWriter
 from mmpar.runner.lr_schedule import check_lr_config
 from mmpar.runner.optim_step import OptimizerStepper, build_stepper, describe
 from mmpar.runner.rng import get_rng_state, set_rng_state
+from mmpar.runner.speed import apply_speed_options
 from mmpar.runner.train_loop import TrainState, train_one_epoch
 
 __all__ = ["train_model", "single_gpu_test", "multi_gpu_test", "evaluate"]
@@ -103,6 +104,7 @@ def train_model(
     ``data.workers_per_gpu``, ``optimizer``, ``optimizer_config`` (``grad_clip``,
     ``cumulative_iters``, mmcv's ``type``), ``amp``/``fp16`` (see
     :mod:`mmpar.runner.amp`), ``compile`` (see :mod:`mmpar.runner.compile`),
+    ``cudnn_benchmark``, ``channels_last`` (see :mod:`mmpar.runner.speed`),
     ``lr_config``, ``runner.max_epochs``, ``checkpoint_config.interval``,
     ``log_config.interval``, ``evaluation`` (``interval``: every N epochs, 0 for the
     end only; ``before_train``), ``resume_from``, ``load_from``,
@@ -158,6 +160,7 @@ def train_model(
         seed=seed,
         pin_memory=pin,
     )
+    apply_speed_options(cfg, model, bool(cfg.get("deterministic")), logger)
     compile_settings, monitor = resolve_compile(cfg.get("compile")), None
     if compile_settings is not None:
         monitor = CompileMonitor(logger).install()
