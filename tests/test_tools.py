@@ -427,6 +427,7 @@ def test_train_benchmark_section_quick() -> None:
     assert "- target: 2 gloo processes" in section and (
         "met (" in section or "not met (" in section
     )
+    assert "| bfloat16 autocast (`--amp`) |" in section and "| float32, compiled (" in section
 
 
 def test_log_interval_below_one_is_a_clear_error(tmp_path: Path) -> None:

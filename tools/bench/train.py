@@ -1,4 +1,5 @@
-"""Train section: images/s of the whole training loop, one process against 2 gloo processes.
+"""Train section: the whole training loop, one process against 2 gloo processes, and in one
+process float32 against bfloat16 autocast and torch.compile (median time per iteration).
 
 The loop is tools/train.py's: DataLoader (collate, group sampler), MMDataParallel or
 MMDistributedDataParallel, ``train_step``, backward, optimizer step. Each candidate
@@ -30,16 +31,27 @@ DEFAULT_CONFIG = ROOT / "configs" / "tiny_det" / "tiny_det_synthetic.py"
 TARGET_DDP_RATIO = 0.7
 
 
-def _worker(config: str, warmup: int, iters: int, launcher: str) -> None:
+#: Precision/compilation candidates, each measured in one process: (name, row label).
+VARIANTS = (
+    ("float32", "float32 (eager)"),
+    ("bf16", "bfloat16 autocast (`--amp`)"),
+    ("compile", "float32, compiled (`--compile`, inductor)"),
+)
+
+
+def _worker(config: str, warmup: int, iters: int, launcher: str, variant: str) -> None:
     """Time ``iters`` training iterations after ``warmup``; print one JSON line (rank 0)."""
     sys.path.insert(0, str(ROOT))
+    import torch
     import torch.distributed as dist
 
     from mmpar.config import Config
     from mmpar.data import build_dataloader, build_dataset, set_loader_epoch
     from mmpar.dist import destroy_dist, get_dist_info, init_dist
     from mmpar.models import build_model, build_optimizer
+    from mmpar.runner.compile import compile_model, resolve_compile
     from mmpar.runner.launch import wrap_model
+    from mmpar.runner.optim_step import OptimizerStepper
     from mmpar.runner.rng import set_random_seed
 
     distributed = launcher != "none"
@@ -48,13 +60,18 @@ def _worker(config: str, warmup: int, iters: int, launcher: str) -> None:
     rank, world_size = get_dist_info()
     cfg = Config.fromfile(config)
     set_random_seed(0)
-    model = wrap_model(build_model(cfg.model), distributed)
+    model = build_model(cfg.model)
+    if variant == "compile":
+        compile_model(model, resolve_compile(True))
+    model = wrap_model(model, distributed)
     optimizer = build_optimizer(model, cfg.optimizer)
+    dtype = torch.bfloat16 if variant == "bf16" else None
+    stepper = OptimizerStepper(model, optimizer, amp_dtype=dtype)
     dataset = build_dataset(cfg.data.train)
     loader = build_dataloader(
         dataset, cfg.data.samples_per_gpu, cfg.data.workers_per_gpu, dist=distributed, seed=0
     )
-    images, started, done, epoch = 0, 0.0, 0, 0
+    images, started, done, epoch, times = 0, 0.0, 0, 0, []
     while done < warmup + iters:
         set_loader_epoch(loader, epoch)
         for data in loader:
@@ -62,10 +79,9 @@ def _worker(config: str, warmup: int, iters: int, launcher: str) -> None:
                 if distributed:
                     dist.barrier()
                 started, images = time.perf_counter(), 0
-            out = model.train_step(data, optimizer)
-            optimizer.zero_grad()
-            out["loss"].backward()
-            optimizer.step()
+            tic = time.perf_counter()
+            out = stepper.train_iter(data, 0, 1)
+            times.append(time.perf_counter() - tic)
             images += out["num_samples"] * world_size
             done += 1
             if done == warmup + iters:
@@ -75,7 +91,8 @@ def _worker(config: str, warmup: int, iters: int, launcher: str) -> None:
         dist.barrier()
     elapsed = time.perf_counter() - started
     if rank == 0:
-        print(json.dumps(dict(images=images, seconds=elapsed)), flush=True)
+        iter_time = statistics.median(times[warmup:])  # forward, backward and step
+        print(json.dumps(dict(images=images, seconds=elapsed, iter_time=iter_time)), flush=True)
     del model, optimizer, out, data, loader  # DDP's reducer holds the group
     destroy_dist()
 
@@ -86,7 +103,9 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _measure(config: str, procs: int, warmup: int, iters: int) -> float:
+def _measure(
+    config: str, procs: int, warmup: int, iters: int, variant: str = "float32"
+) -> Dict[str, float]:
     script = [
         str(Path(__file__).resolve()),
         "--worker",
@@ -96,6 +115,8 @@ def _measure(config: str, procs: int, warmup: int, iters: int) -> float:
         str(warmup),
         "--iters",
         str(iters),
+        "--variant",
+        variant,
     ]
     if procs == 1:
         cmd = [sys.executable, *script]
@@ -115,7 +136,7 @@ def _measure(config: str, procs: int, warmup: int, iters: int) -> float:
     if proc.returncode != 0:
         raise RuntimeError(f"benchmark worker failed ({' '.join(cmd)}):\n{proc.stderr[-2000:]}")
     result = json.loads([line for line in proc.stdout.splitlines() if line.startswith("{")][-1])
-    return result["images"] / result["seconds"]
+    return dict(rate=result["images"] / result["seconds"], iter_time=result["iter_time"])
 
 
 def run(quick: bool = False, config: Optional[str] = None) -> str:
@@ -125,7 +146,7 @@ def run(quick: bool = False, config: Optional[str] = None) -> str:
     rates: Dict[int, List[float]] = {1: [], 2: []}
     for _ in range(repeats):
         for procs in (1, 2):
-            rates[procs].append(_measure(config, procs, warmup, iters))
+            rates[procs].append(_measure(config, procs, warmup, iters)["rate"])
     single, double = statistics.median(rates[1]), statistics.median(rates[2])
     ratio = double / single
     met = "met" if ratio >= TARGET_DDP_RATIO else "not met"
@@ -134,16 +155,48 @@ def run(quick: bool = False, config: Optional[str] = None) -> str:
         [
             "## Training loop",
             "",
-            f"Whole training loop of `{name}` (data loading, collate, scatter, forward, backward, step), "
-            f"{iters} timed iterations after {warmup} warm-up, median of {repeats}; images/s over all processes.",
+            f"Whole training loop of `{name}` (data loading, collate, scatter, forward, "
+            f"backward, step), {iters} timed iterations after {warmup} warm-up, median of "
+            f"{repeats}; images/s over all processes.",
             "",
             "| setup | images/s | vs 1 process |",
             "|---|---:|---:|",
             f"| 1 process (MMDataParallel, CPU) | {single:.1f} | 1.00x |",
-            f"| 2 gloo processes (MMDistributedDataParallel, torchrun) | {double:.1f} | {ratio:.2f}x |",
+            "| 2 gloo processes (MMDistributedDataParallel, torchrun) | "
+            f"{double:.1f} | {ratio:.2f}x |",
             "",
-            f"- target: 2 gloo processes on the same cores keep >= {TARGET_DDP_RATIO:.2f}x of one process's throughput: "
-            f"{met} ({ratio:.2f}x)",
+            f"- target: 2 gloo processes on the same cores keep >= {TARGET_DDP_RATIO:.2f}x of "
+            f"one process's throughput: {met} ({ratio:.2f}x)",
+            "",
+            _precision_table(config, name, quick),
+        ]
+    )
+
+
+def _precision_table(config: str, name: object, quick: bool) -> str:
+    """float32, bf16 autocast and compiled, one process each: median time per iteration."""
+    repeats, warmup, iters = (1, 3, 3) if quick else (3, 20, 40)
+    times: Dict[str, List[float]] = {v: [] for v, _ in VARIANTS}
+    for _ in range(repeats):
+        for variant, _label in VARIANTS:
+            times[variant].append(_measure(config, 1, warmup, iters, variant)["iter_time"])
+    base = statistics.median(times["float32"])
+    rows = [
+        f"| {label} | {statistics.median(times[v]) * 1e3:.1f} | "
+        f"{statistics.median(times[v]) / base:.2f}x |"
+        for v, label in VARIANTS
+    ]
+    return "\n".join(
+        [
+            "### Precision and compilation",
+            "",
+            f"One process on the CPU, `{name}`: median time of `train_step` + backward + step "
+            f"over {iters} iterations after {warmup} warm-up (compilation happens during the "
+            f"warm-up), median of {repeats} runs.",
+            "",
+            "| setup | ms / iteration | vs float32 |",
+            "|---|---:|---:|",
+            *rows,
             "",
         ]
     )
@@ -159,9 +212,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--warmup", type=int, default=5, help=argparse.SUPPRESS)
     parser.add_argument("--iters", type=int, default=40, help=argparse.SUPPRESS)
     parser.add_argument("--launcher", default="none", help=argparse.SUPPRESS)
+    parser.add_argument("--variant", default="float32", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        _worker(args.config, args.warmup, args.iters, args.launcher)
+        _worker(args.config, args.warmup, args.iters, args.launcher, args.variant)
     else:
         print(run(quick=args.quick, config=args.config))
     return 0
