@@ -20,7 +20,8 @@ from tests._dist_helpers import free_port, run_launcher
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = str(ROOT / "configs" / "tiny_det" / "tiny_det_synthetic.py")
 TIMEOUT = 180
-# Tiny runs: 24 training images in batches of 8 (about 3-4 iterations per epoch), 8 val and 8 test images.
+# Tiny runs: 24 training images in batches of 8 (about 3-4 iterations per epoch), 8 val and 8
+# test images.
 TINY = [
     "runner.max_epochs=2",
     "data.train.num_samples=24",
@@ -39,7 +40,8 @@ def run_tool(
     proc = run_launcher([sys.executable, *args], timeout=TIMEOUT, cwd=ROOT, env=full_env)
     if check and proc.returncode != 0:
         raise AssertionError(
-            f"{args} exited {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
+            f"{args} exited {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\n"
+            f"stderr:\n{proc.stderr[-3000:]}"
         )
     return proc
 
