@@ -82,6 +82,9 @@ class MMDataParallel(DataParallel):
 
     Without CUDA (or with ``device_ids=[-1]`` / ``["cpu"]``) everything runs in
     this process on the CPU, still unwrapping containers (scatter to ``[-1]``).
+    Repeated CPU targets (``["cpu", "cpu"]``) split ``forward``'s batch over them, as
+    :func:`~mmpar.scatter_gather.scatter` does: the module runs once per chunk, in
+    parallel threads, and the outputs are gathered in order.
 
     ``train_step`` and ``val_step`` use one device: for several GPUs, train with
     :class:`~mmpar.distributed.MMDistributedDataParallel`, one process per GPU.
@@ -111,6 +114,9 @@ class MMDataParallel(DataParallel):
             nn.Module.__init__(self)
             self.module = module
             self.device_ids: List[int] = []
+            repeats = len(device_ids) if _names_cpu_only(device_ids) else 1
+            #: One CPU target per chunk that ``forward`` splits the batch into.
+            self.cpu_targets: List[torch.device] = [_CPU] * repeats
         else:
             ids = (
                 None
@@ -130,8 +136,7 @@ class MMDataParallel(DataParallel):
     def forward(self, *inputs: Any, **kwargs: Any) -> Any:
         """Scatter (unwrapping containers), run the module (replicas on several GPUs), gather."""
         if not self.device_ids:
-            args, kw = self._on_one_device(inputs, kwargs, _CPU)
-            return self.module(*args, **kw)
+            return self._cpu_forward(inputs, kwargs)
         # torch's own check raises a RuntimeError that names no parameter; this one names it.
         check_module_device(self.module, self.src_device_obj)
         return super().forward(*inputs, **kwargs)
@@ -166,17 +171,27 @@ class MMDataParallel(DataParallel):
         """Merge per-device outputs onto ``output_device`` (lists concatenated in order)."""
         return gather(outputs, output_device, dim=self.dim)
 
+    def _cpu_forward(self, inputs: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+        args, kw = self.scatter(inputs, kwargs, self.cpu_targets)
+        if len(args) <= 1:
+            return self.module(*(args[0] if args else ()), **(kw[0] if kw else {}))
+        used = self.cpu_targets[: len(args)]
+        outputs = parallel_apply(self.module, list(args), devices=used, module_kwargs=list(kw))
+        return self.gather(outputs, _CPU)
+
     def _single_device_inputs(
         self, method: str, inputs: Tuple[Any, ...], kwargs: Dict[str, Any]
     ) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
-        if not self.device_ids:
-            return self._on_one_device(inputs, kwargs, _CPU)
-        if len(self.device_ids) > 1:
+        targets = self.device_ids or self.cpu_targets
+        if len(targets) > 1:
+            shown = self.device_ids or ["cpu"] * len(targets)
             raise ValueError(
-                f"MMDataParallel.{method}: runs on one device, got device_ids={self.device_ids}; "
+                f"MMDataParallel.{method}: runs on one device, got device_ids={shown}; "
                 "for multi-GPU training use MMDistributedDataParallel with one process per GPU, "
                 "launched with torchrun (python -m torch.distributed.run --nproc_per_node=N ...)"
             )
+        if not self.device_ids:
+            return self._on_one_device(inputs, kwargs, _CPU)
         check_module_device(self.module, self.src_device_obj)
         return self._on_one_device(inputs, kwargs, self.src_device_obj)
 

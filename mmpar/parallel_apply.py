@@ -12,7 +12,7 @@ from torch import nn
 from mmpar.devices import Target, resolve_targets
 from mmpar.scatter_gather import gather, scatter_kwargs
 
-__all__ = ["parallel_apply", "default_devices"]
+__all__ = ["default_devices", "parallel_apply", "scatter_batch"]
 
 Fn = Union[nn.Module, Sequence[nn.Module], Callable[..., Any]]
 
@@ -109,7 +109,8 @@ def _per_device(
         )
     if len(module_kwargs) != n_devices:
         raise ValueError(
-            f"parallel_apply: module_kwargs needs one dict per device ({n_devices}), got {len(module_kwargs)}"
+            f"parallel_apply: module_kwargs needs one dict per device ({n_devices}), got "
+            f"{len(module_kwargs)}"
         )
     return args, [dict(k) for k in module_kwargs]
 
@@ -152,7 +153,8 @@ def _functions(fn: Fn, n: int) -> List[Callable[..., Any]]:
         return list(fn)[:n]
     if not callable(fn):
         raise TypeError(
-            f"parallel_apply: fn must be a module, a list of modules or a callable, got {type(fn).__name__}"
+            "parallel_apply: fn must be a module, a list of modules or a callable, got "
+            f"{type(fn).__name__}"
         )
     return [fn] * n
 

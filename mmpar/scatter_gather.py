@@ -22,6 +22,7 @@ from mmpar.data_container import as_container
 from mmpar.devices import Target, resolve_device, resolve_targets
 from mmpar.transfer import BatchedTransfer, move
 from mmpar.type_handlers import get_handler, is_registered
+from mmpar.utils.checks import is_int
 
 __all__ = ["scatter", "scatter_kwargs", "gather", "to_device"]
 
@@ -168,7 +169,7 @@ def _scatter(
 ) -> List[Any]:
     devices = resolve_targets(target_gpus)
     _check_dtype(dtype)
-    if isinstance(dim, bool) or not isinstance(dim, int):
+    if not is_int(dim):
         raise TypeError(f"scatter: dim must be an int, got {type(dim).__name__}")
     plan = make_plan(inputs, len(devices), dim, chunk_sizes, max_size, hint)
     targets = [_Target(d, dtype) for d in devices[: plan.n]]
@@ -191,8 +192,9 @@ def scatter(
     * A tensor is cut along ``dim`` like ``torch.chunk`` (at the containers' chunk
       boundaries when the inputs hold collated containers, or at ``chunk_sizes``);
       for a single target it is passed whole (on the CPU: the tensor itself).
-    * A DataContainer (mmpar's or mmcv 1.x's) gives its chunk ``i`` to target ``i``: ``cpu_only`` data as
-      it is, other data (tensors, lists of tensors, numpy arrays as tensors) moved.
+    * A DataContainer (mmpar's or mmcv 1.x's) gives its chunk ``i`` to target ``i``:
+      ``cpu_only`` data as it is, other data (tensors, lists of tensors, numpy arrays as
+      tensors) moved.
     * Tuples, lists, dicts, namedtuples and dataclasses are rebuilt per target.
     * Strings, numbers, ``None``, numpy arrays outside containers and containers
       holding nothing to split are given, by reference, to every used target.
@@ -293,7 +295,8 @@ def gather(outputs: Sequence[Any], target_device: Target, dim: int = 0) -> Any:
     device = resolve_device(target_device, "gather: target_device")
     if not isinstance(outputs, (list, tuple)):
         raise TypeError(
-            f"gather: outputs must be a list with one entry per target, got {type(outputs).__name__}"
+            "gather: outputs must be a list with one entry per target, got "
+            f"{type(outputs).__name__}"
         )
     if len(outputs) == 0:
         raise ValueError("gather: outputs is empty, expected one entry per target")
@@ -308,7 +311,8 @@ def _gather(items: List[Any], device: torch.device, dim: int, path: str) -> Any:
             isinstance(first, Mapping) and isinstance(item, Mapping)
         ):
             raise TypeError(
-                f"{name}: target 0 returned {type(first).__name__}, target {i} {type(item).__name__}"
+                f"{name}: target 0 returned {type(first).__name__}, target {i} "
+                f"{type(item).__name__}"
             )
     if first is None:
         return None
@@ -323,7 +327,8 @@ def _gather(items: List[Any], device: torch.device, dim: int, path: str) -> Any:
             if set(item) != set(keys):
                 raise ValueError(
                     f"{name}: targets returned different keys; target {i} lacks "
-                    f"{sorted(map(str, set(keys) - set(item)))} and adds {sorted(map(str, set(item) - set(keys)))}"
+                    f"{sorted(map(str, set(keys) - set(item)))} and adds "
+                    f"{sorted(map(str, set(item) - set(keys)))}"
                 )
         return rebuild_mapping(
             first,
@@ -362,7 +367,8 @@ def _join_tensors(
     except (RuntimeError, IndexError) as err:
         shapes = [tuple(t.shape) for t in items]
         raise ValueError(
-            f"{name}: cannot join the targets' tensors along dim={dim}, their shapes are {shapes} ({err})"
+            f"{name}: cannot join the targets' tensors along dim={dim}, their shapes are {shapes} "
+            f"({err})"
         ) from None
 
 

@@ -18,9 +18,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from mmpar._structures import map_structure
 from mmpar.data_container import as_container
-from mmpar.type_handlers import get_handler, is_registered
+from mmpar.pinning import pin_structure, pin_tensor
 
 __all__ = [
     "PACK_LIMIT",
@@ -191,7 +190,7 @@ class BatchedTransfer:
 
 
 class _Group:
-    """Small tensors of one dtype and one trailing shape (``None``: 0-dim), and their output indices."""
+    """Small tensors of one dtype and trailing shape (``None``: 0-dim), and their output indices."""
 
     __slots__ = ("dtype", "trailing", "indices", "tensors")
 
@@ -325,39 +324,7 @@ def pin_memory(data: Any) -> Any:
     """``data`` with every tensor (and registered type) in pinned memory.
 
     Containers are rebuilt with their types (dataclasses included);
-    DataContainers pin their own data (``cpu_only`` ones are left alone); other
-    objects are returned as they are.
+    DataContainers (mmpar's, and mmcv 1.x's, adopted) pin their own data
+    (``cpu_only`` ones are left alone); other objects are returned as they are.
     """
-    return map_structure(data, _pin_leaf, is_leaf=is_registered)
-
-
-def pin_tensor(t: torch.Tensor) -> torch.Tensor:
-    """``t`` in pinned memory, empty tensors included.
-
-    ``Tensor.pin_memory()`` leaves a tensor of 0 elements unpinned (it has no
-    bytes, so no page-locked allocation is made and ``is_pinned()`` stays False).
-    Here it becomes a 0-element view of a small pinned block, so that every tensor
-    of a pinned batch reports ``is_pinned()`` and takes the same copy paths.
-    """
-    if t.numel() == 0:
-        if t.is_pinned():
-            return t
-        empty = (
-            torch.empty(_ALIGN, dtype=torch.uint8, pin_memory=True)[:0].view(t.dtype).view(t.shape)
-        )
-        return empty.requires_grad_() if t.requires_grad else empty
-    return t.pin_memory()
-
-
-def _pin_leaf(obj: Any) -> Any:
-    if isinstance(obj, torch.Tensor):
-        return pin_tensor(obj)
-    handler = get_handler(obj)
-    if handler is not None:
-        return handler.pin_memory(obj)
-    container = as_container(obj)
-    if container is not None:
-        return container.pin_memory()
-    if hasattr(obj, "pin_memory") and not isinstance(obj, type):
-        return obj.pin_memory()
-    return obj
+    return pin_structure(data, adopt=as_container)

@@ -78,7 +78,8 @@ def test_collate_in_workers_does_not_grow_memory_fds_or_shm() -> None:
     def peak(window: List[Dict[str, float]], key: str) -> float:
         return max(s[key] for s in window)
 
-    # One batch is ~8 x 3 x 96 x 96 x 4 B = 0.9 MB: a per-batch leak would add over 1 GB by the late window.
+    # One batch is ~8 x 3 x 96 x 96 x 4 B = 0.9 MB: a per-batch leak would add over 1 GB by the late
+    # window.
     assert peak(late, "rss") <= 1.5 * peak(early, "rss") + 64 * _MB, (
         peak(early, "rss"),
         peak(late, "rss"),

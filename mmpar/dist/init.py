@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 from mmpar.dist.slurm import slurm_first_host
-from mmpar.utils.checks import is_int
+from mmpar.utils.checks import is_int, is_number
 
 __all__ = ["LAUNCHERS", "check_gpu_per_process", "init_dist"]
 
@@ -175,7 +175,7 @@ def _as_timedelta(timeout: Union[float, datetime.timedelta]) -> datetime.timedel
     """Check ``timeout`` and return it as a positive timedelta."""
     if isinstance(timeout, datetime.timedelta):
         value = timeout
-    elif isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
+    elif is_number(timeout):
         value = datetime.timedelta(seconds=float(timeout))
     else:
         raise TypeError(f"timeout: expected seconds (int/float) or a timedelta, got {type(timeout).__name__}")
@@ -246,7 +246,7 @@ def _mpi_env(env: Mapping[str, str]) -> Tuple[int, int, int, str]:
 def _master_port(port: Any, env: Mapping[str, str]) -> int:
     """The ``port`` keyword, else ``MASTER_PORT``, else the default."""
     if port is not None:
-        if isinstance(port, bool) or not isinstance(port, (int, str)):
+        if not (is_int(port) or isinstance(port, str)):
             raise TypeError(f"port: expected an int, got {type(port).__name__}")
         try:
             value = int(port)

@@ -6,6 +6,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 import torch.distributed as dist
+from mmpar.utils.checks import is_int
 
 __all__ = ["all_gather_object_list", "collect_results"]
 
@@ -82,7 +83,7 @@ def _check_collect_args(
     """Validate :func:`collect_results` arguments; return them as lists."""
     if isinstance(results, (str, bytes)) or not isinstance(results, Sequence):
         raise TypeError(f"results: expected a list of per-sample results, got {type(results).__name__}")
-    if isinstance(size, bool) or not isinstance(size, (int, np.integer)):
+    if not is_int(size):
         raise TypeError(f"size: expected an int, got {type(size).__name__}")
     if size < 0:
         raise ValueError(f"size: expected a dataset length >= 0, got {size}")
@@ -98,7 +99,7 @@ def _check_collect_args(
         )
     checked: List[int] = []
     for index in indices:
-        if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
+        if not is_int(index):
             raise TypeError(f"indices: expected ints, found {type(index).__name__} {index!r}")
         if not 0 <= index < size:
             raise ValueError(f"indices: index {int(index)} is outside range(size={size})")

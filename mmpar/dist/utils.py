@@ -118,7 +118,7 @@ def sync_random_seed(seed: Optional[int] = None) -> int:
         ValueError: ``seed`` does not fit into 64 bits.
     """
     if seed is not None:
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        if not is_int(seed):
             raise TypeError(f"seed: expected an int or None, got {type(seed).__name__}")
         seed = int(seed)
         if not -_INT64_MAX - 1 <= seed <= _INT64_MAX:
