@@ -1,4 +1,5 @@
 """Bring every rank's per-sample results together, in dataset order."""
+
 from __future__ import annotations
 
 from typing import Any, List, Optional, Sequence, Tuple
@@ -6,6 +7,8 @@ from typing import Any, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 import torch.distributed as dist
+
+from mmpar.dist.utils import is_distributed
 from mmpar.utils.checks import is_int
 
 __all__ = ["all_gather_object_list", "collect_results"]
@@ -20,7 +23,7 @@ def all_gather_object_list(obj: Any) -> List[Any]:
     Returns:
         ``[obj of rank 0, obj of rank 1, ...]``; ``[obj]`` without a group.
     """
-    if not (dist.is_available() and dist.is_initialized()):
+    if not is_distributed():
         return [obj]
     gathered: List[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, obj)
@@ -82,7 +85,9 @@ def _check_collect_args(
 ) -> Tuple[List[Any], Optional[List[int]]]:
     """Validate :func:`collect_results` arguments; return them as lists."""
     if isinstance(results, (str, bytes)) or not isinstance(results, Sequence):
-        raise TypeError(f"results: expected a list of per-sample results, got {type(results).__name__}")
+        raise TypeError(
+            f"results: expected a list of per-sample results, got {type(results).__name__}"
+        )
     if not is_int(size):
         raise TypeError(f"size: expected an int, got {type(size).__name__}")
     if size < 0:
