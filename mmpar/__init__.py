@@ -45,8 +45,7 @@ from mmpar.scatter_gather import gather, scatter, scatter_kwargs, to_device
 from mmpar.stacking import pad_stack
 from mmpar.transfer import pin_memory
 from mmpar.type_handlers import TypeHandler, register_type, unregister_type
-
-__version__ = "0.1.0"
+from mmpar.version import __version__ as __version__
 
 __all__ = [
     "DATASETS",

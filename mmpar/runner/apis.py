@@ -32,6 +32,7 @@ from mmpar.runner.logger import JsonLogWriter
 from mmpar.runner.lr_schedule import check_lr_config
 from mmpar.runner.rng import get_rng_state, set_rng_state
 from mmpar.runner.train_loop import TrainState, train_one_epoch
+from mmpar.version import __version__
 
 __all__ = ["train_model", "single_gpu_test", "multi_gpu_test", "evaluate"]
 
@@ -62,8 +63,6 @@ def _log_eval(
 
 
 def _meta(cfg: Any, state: TrainState, seed: Optional[int]) -> Dict[str, Any]:
-    import mmpar
-
     try:
         text = cfg.pretty_text
     except (TypeError, ValueError):
@@ -74,7 +73,7 @@ def _meta(cfg: Any, state: TrainState, seed: Optional[int]) -> Dict[str, Any]:
         seed=seed,
         config=text,
         config_dict=cfg.to_dict(),
-        mmpar_version=mmpar.__version__,
+        mmpar_version=__version__,
         torch_version=str(torch.__version__),
         time=time.strftime("%Y%m%d_%H%M%S"),
         world_size=get_dist_info()[1],
