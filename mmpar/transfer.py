@@ -12,21 +12,18 @@ while the consumer may still read it.
 
 from __future__ import annotations
 
-import bisect
-import itertools
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
 from mmpar.data_container import as_container
+from mmpar.packing import TensorGroup, packed_copy
 from mmpar.pinning import pin_structure, pin_tensor
 
 __all__ = [
     "PACK_LIMIT",
     "BatchedTransfer",
     "move",
-    "pack",
-    "unpack",
     "to_device_batched",
     "pin_memory",
     "pin_tensor",
@@ -34,43 +31,7 @@ __all__ = [
 
 #: Tensors of at most this many bytes travel packed into one copy per device.
 PACK_LIMIT = 1 << 20
-#: Byte alignment of each packed tensor, enough for any dtype's ``view``.
-_ALIGN = 64
-
-_Layout = List[Tuple[int, int, torch.dtype, torch.Size]]  # offset, nbytes, dtype, shape
 _copy_streams: Dict[int, "torch.cuda.Stream"] = {}
-
-
-def pack(tensors: Sequence[torch.Tensor], pin: bool = False) -> Tuple[torch.Tensor, _Layout]:
-    """Copy tensors into one flat ``uint8`` buffer.
-
-    Args:
-        tensors: CPU tensors of any dtype and shape.
-        pin: Allocate the buffer in pinned (page-locked) memory.
-
-    Returns:
-        ``(buffer, layout)``: the bytes of every tensor, each starting at a
-        multiple of 64, and for each tensor its ``(offset, nbytes, dtype, shape)``.
-    """
-    layout: _Layout = []
-    offset = 0
-    for t in tensors:
-        nbytes = t.numel() * t.element_size()
-        layout.append((offset, nbytes, t.dtype, t.shape))
-        offset += -(-nbytes // _ALIGN) * _ALIGN
-    buffer = torch.empty(offset, dtype=torch.uint8, pin_memory=pin)
-    for t, (start, nbytes, _, _) in zip(tensors, layout):
-        if nbytes:
-            buffer[start : start + nbytes].copy_(t.contiguous().reshape(-1).view(torch.uint8))
-    return buffer, layout
-
-
-def unpack(buffer: torch.Tensor, layout: _Layout) -> List[torch.Tensor]:
-    """Typed views into a buffer made by :func:`pack` (on whatever device it is now)."""
-    return [
-        buffer[start : start + nbytes].view(dtype).view(shape)
-        for start, nbytes, dtype, shape in layout
-    ]
 
 
 def _copy_stream(device: torch.device) -> "torch.cuda.Stream":
@@ -112,8 +73,8 @@ class BatchedTransfer:
         )
         self.dtype = dtype
         self._out: List[Any] = []
-        self._groups: List[_Group] = []
-        self._singles: Dict[Any, _Group] = {}
+        self._groups: List[TensorGroup] = []
+        self._singles: Dict[Any, TensorGroup] = {}
         self._copied: List[torch.Tensor] = []
         self._current = torch.cuda.current_stream(self.device)
         self._stream = _copy_stream(self.device)
@@ -128,7 +89,7 @@ class BatchedTransfer:
             key = (t.dtype, tuple(t.shape[1:]) if t.dim() else None)
             group = self._singles.get(key)
             if group is None:
-                group = self._singles[key] = _Group(t.dtype, key[1])
+                group = self._singles[key] = TensorGroup(t.dtype, key[1])
                 self._groups.append(group)
             group.add(index, t)
         else:
@@ -166,7 +127,7 @@ class BatchedTransfer:
             return None
         start = len(self._out)
         self._out.extend(tensors)
-        group = _Group(dtype, tuple(trailing))
+        group = TensorGroup(dtype, tuple(trailing))
         group.indices = range(start, start + len(tensors))
         group.tensors = tensors
         self._groups.append(group)
@@ -177,7 +138,7 @@ class BatchedTransfer:
         out = self._out
         if self._groups:
             with torch.cuda.device(self.device), torch.cuda.stream(self._stream):
-                buffer = _packed_copy(self._groups, out, self.device)
+                buffer = packed_copy(self._groups, out, self.device)
             self._copied.append(buffer)
         if self._copied:
             self._current.wait_stream(self._stream)
@@ -187,90 +148,6 @@ class BatchedTransfer:
         if self.dtype is None:
             return out
         return [_cast(t, self.dtype) for t in out]  # casts run on the current stream
-
-
-class _Group:
-    """Small tensors of one dtype and trailing shape (``None``: 0-dim), and their output indices."""
-
-    __slots__ = ("dtype", "trailing", "indices", "tensors")
-
-    def __init__(self, dtype: torch.dtype, trailing: Optional[Tuple[int, ...]]) -> None:
-        self.dtype = dtype
-        self.trailing = trailing
-        self.indices: Sequence[int] = []
-        self.tensors: List[torch.Tensor] = []
-
-    def add(self, index: int, t: torch.Tensor) -> None:
-        self.indices.append(index)  # type: ignore[attr-defined]
-        self.tensors.append(t)
-
-
-#: Elements below which ``torch.cat`` copies serially; above it, it starts threads per input.
-_SERIAL_CAT = 32767
-
-
-def _cat_rows(
-    tensors: List[torch.Tensor], sizes: List[int], per_row: int, out: torch.Tensor
-) -> None:
-    """``torch.cat(tensors, out=out)`` in pieces small enough for its serial kernel (many
-    small inputs otherwise cost a parallel region each)."""
-    if len(tensors) < 16 or out.numel() <= _SERIAL_CAT:
-        torch.cat(tensors, dim=0, out=out)
-        return
-    ends = list(itertools.accumulate(sizes))
-    rows = max(1, _SERIAL_CAT // max(per_row, 1))
-    i, row = 0, 0
-    while i < len(tensors):
-        j = max(bisect.bisect_right(ends, row + rows, i), i + 1)
-        torch.cat(tensors[i:j], dim=0, out=out[row : ends[j - 1]])
-        i, row = j, ends[j - 1]
-
-
-def _packed_copy(
-    groups: List[_Group], out: List[Any], device: torch.device, pin: bool = True
-) -> torch.Tensor:
-    """Copy each group's CPU tensors to ``device`` through one pinned buffer; their
-    device views go into ``out`` at the groups' indices. Returns the device buffer.
-
-    One ``torch.cat`` writes a group into the pinned buffer, one ``torch.split``
-    cuts its views out of the device copy. Each group starts at a multiple of 64
-    bytes, so every dtype may view it.
-    """
-    plan = []  # (group, sizes, rows, per_row, offset, nbytes)
-    offset = 0
-    for group in groups:
-        per_row = 1
-        for size in group.trailing or ():
-            per_row *= size
-        sizes = (
-            [1] * len(group.tensors)
-            if group.trailing is None
-            else [t.shape[0] for t in group.tensors]
-        )
-        rows = sum(sizes)
-        nbytes = rows * per_row * group.dtype.itemsize
-        plan.append((group, sizes, rows, per_row, offset, nbytes))
-        offset += -(-nbytes // _ALIGN) * _ALIGN
-    host = torch.empty(max(offset, _ALIGN), dtype=torch.uint8, pin_memory=pin)
-    for group, sizes, rows, per_row, start, nbytes in plan:
-        dst = host[start : start + nbytes].view(group.dtype)
-        if group.trailing is None:
-            torch.stack(group.tensors, out=dst)
-        else:
-            _cat_rows(group.tensors, sizes, per_row, dst.view((rows,) + group.trailing))
-    on_device = host.to(device, non_blocking=True)
-    for group, sizes, rows, per_row, start, nbytes in plan:
-        src = on_device[start : start + nbytes].view(group.dtype)
-        if group.trailing is None:
-            pieces: Sequence[torch.Tensor] = src.unbind(0)
-        else:
-            pieces = torch.split(src.view((rows,) + group.trailing), sizes, dim=0)
-        if isinstance(group.indices, range):
-            out[group.indices.start : group.indices.stop] = pieces
-        else:
-            for j, piece in zip(group.indices, pieces):
-                out[j] = piece
-    return on_device
 
 
 def to_device_batched(

@@ -28,6 +28,7 @@ CORE = {
     "scatter_gather",
     "stacking",
     "transfer",
+    "packing",
     "type_handlers",
 }
 WRAPPERS = {"data_parallel", "distributed", "module_wrappers", "parallel_apply"}
