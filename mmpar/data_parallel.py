@@ -11,9 +11,10 @@ from torch.nn.parallel import DataParallel, replicate
 
 from mmpar.device_norm import normalize_scattered
 from mmpar.devices import Target, resolve_device, resolve_targets
+from mmpar.gather import gather
 from mmpar.module_wrappers import MODULE_WRAPPERS
 from mmpar.parallel_apply import default_devices, parallel_apply, scatter_batch
-from mmpar.scatter_gather import gather, scatter_kwargs
+from mmpar.scatter_gather import scatter_kwargs
 
 __all__ = ["MMDataParallel", "data_parallel", "check_module_device"]
 
@@ -77,7 +78,7 @@ class MMDataParallel(DataParallel):
     :func:`~mmpar.scatter_gather.scatter_kwargs`, so the module always receives
     plain tensors and lists: a stacked container's chunk ``i`` goes to device ``i``,
     ``cpu_only`` metadata stays a Python list. Outputs come back through mmpar's
-    :func:`~mmpar.scatter_gather.gather`, so per-image result lists are
+    :func:`~mmpar.gather.gather`, so per-image result lists are
     concatenated whole and in device order.
 
     Without CUDA (or with ``device_ids=[-1]`` / ``["cpu"]``) everything runs in

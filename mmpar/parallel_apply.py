@@ -10,7 +10,8 @@ import torch
 from torch import nn
 
 from mmpar.devices import Target, resolve_targets
-from mmpar.scatter_gather import gather, scatter_kwargs
+from mmpar.gather import gather
+from mmpar.scatter_gather import scatter_kwargs
 
 __all__ = ["default_devices", "parallel_apply", "scatter_batch"]
 
@@ -55,7 +56,7 @@ def parallel_apply(
         devices: Targets (``0``, ``"cuda:1"``, ``-1``/``"cpu"``, torch.device);
             repeats allowed. Default: every visible CUDA device, or ``["cpu"]``.
         output_device: When given, the results are merged onto it with mmpar's
-            :func:`~mmpar.scatter_gather.gather` (tensors concatenated along
+            :func:`~mmpar.gather.gather` (tensors concatenated along
             ``dim``); when None the list of results is returned.
         dim: Dimension to scatter the batch along and to gather results along.
         module_kwargs: Keyword arguments, see above.

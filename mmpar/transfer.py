@@ -1,4 +1,5 @@
-"""Moving tensors to a device: batched host-to-GPU copies on a side stream, and pinning.
+"""Moving tensors to a device: batched host-to-GPU copies on a side stream, pinning, and
+numpy arrays as tensors.
 
 A detection batch holds a few large tensors (images) and many small ones (each
 image's boxes and labels). One ``cudaMemcpy`` per small tensor costs far more in
@@ -12,16 +13,21 @@ while the consumer may still read it.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
+import numpy as np
 import torch
 
+from mmpar._structures import map_structure
 from mmpar.data_container import as_container
 from mmpar.packing import TensorGroup, packed_copy
 from mmpar.pinning import pin_structure, pin_tensor
+from mmpar.type_handlers import get_handler, is_registered
 
 __all__ = [
     "PACK_LIMIT",
+    "array_to_tensor",
+    "map_tensors",
     "BatchedTransfer",
     "move",
     "to_device_batched",
@@ -205,3 +211,40 @@ def pin_memory(data: Any) -> Any:
     (``cpu_only`` ones are left alone); other objects are returned as they are.
     """
     return pin_structure(data, adopt=as_container)
+
+
+def _numeric(array: np.ndarray) -> bool:
+    """Whether torch has a dtype for the array's: bools, ints, floats and complex
+    numbers, but not strings, objects, dates or long doubles."""
+    kind, size = array.dtype.kind, array.dtype.itemsize
+    return kind in "biuf" and size <= 8 or kind == "c" and size <= 16
+
+
+def array_to_tensor(array: np.ndarray) -> torch.Tensor:
+    """The array as a tensor, sharing its memory where torch can.
+
+    A flipped view (negative strides, as ``np.fliplr`` makes), a read-only or a
+    byte-swapped array is copied first (torch cannot wrap those); any other array,
+    strided views included, is shared, so the tensor keeps the array's strides.
+    """
+    if array.flags.writeable and array.dtype.isnative and all(s >= 0 for s in array.strides):
+        return torch.from_numpy(array)
+    return torch.from_numpy(np.array(array, dtype=array.dtype.newbyteorder("="), order="C"))
+
+
+def map_tensors(
+    obj: Any, fn: Callable[[torch.Tensor], Any], device: torch.device, numpy_too: bool = False
+) -> Any:
+    """``obj`` rebuilt with ``fn`` applied to every tensor in it (and, with
+    ``numpy_too``, to every numeric numpy array as a tensor); registered types are
+    moved to ``device`` with their ``to`` hook; other leaves are kept."""
+
+    def leaf(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            return fn(x)
+        if numpy_too and isinstance(x, np.ndarray) and _numeric(x):
+            return fn(array_to_tensor(x))
+        handler = get_handler(x)
+        return x if handler is None else handler.to(x, device)
+
+    return map_structure(obj, leaf, is_leaf=is_registered)

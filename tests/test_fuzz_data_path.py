@@ -23,7 +23,8 @@ from hypothesis import HealthCheck, event, given, settings
 
 from mmpar.collate import collate
 from mmpar.data_container import DataContainer
-from mmpar.scatter_gather import gather, scatter, scatter_kwargs
+from mmpar.gather import gather
+from mmpar.scatter_gather import scatter, scatter_kwargs
 from tests.strategies import Case, Leaf, cases, leaves
 
 settings.register_profile(

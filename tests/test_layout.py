@@ -26,6 +26,7 @@ CORE = {
     "devices",
     "pinning",
     "scatter_gather",
+    "gather",
     "stacking",
     "transfer",
     "packing",

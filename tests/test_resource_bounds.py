@@ -19,7 +19,8 @@ from torch.utils.data import Dataset
 from mmpar.collate import collate
 from mmpar.data import build_dataloader
 from mmpar.data_container import DataContainer
-from mmpar.scatter_gather import gather, scatter
+from mmpar.gather import gather
+from mmpar.scatter_gather import scatter
 
 _MB = 1 << 20
 
