@@ -220,14 +220,22 @@ def _numeric(array: np.ndarray) -> bool:
     return kind in "biuf" and size <= 8 or kind == "c" and size <= 16
 
 
-def array_to_tensor(array: np.ndarray) -> torch.Tensor:
+def array_to_tensor(array: np.ndarray, contiguous: bool = False) -> torch.Tensor:
     """The array as a tensor, sharing its memory where torch can.
 
     A flipped view (negative strides, as ``np.fliplr`` makes), a read-only or a
     byte-swapped array is copied first (torch cannot wrap those); any other array,
     strided views included, is shared, so the tensor keeps the array's strides.
+
+    Args:
+        array: A numeric numpy array.
+        contiguous: Return a C-contiguous tensor, copying a strided array once
+            (e.g. the ``(C, H, W)`` transpose of an ``(H, W, C)`` image).
     """
-    if array.flags.writeable and array.dtype.isnative and all(s >= 0 for s in array.strides):
+    shareable = array.flags.writeable and array.dtype.isnative
+    if contiguous:
+        shareable = shareable and array.flags.c_contiguous
+    if shareable and all(s >= 0 for s in array.strides):
         return torch.from_numpy(array)
     return torch.from_numpy(np.array(array, dtype=array.dtype.newbyteorder("="), order="C"))
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import Any, List, Mapping, Sequence, Tuple
 
 import numpy as np
-import torch
 
 from mmpar.utils.checks import is_int
 
@@ -26,7 +25,6 @@ __all__ = [
     "seg_fields",
     "add_field",
     "check_boxes",
-    "array_to_tensor",
     "check_pair",
     "image_shape",
 ]
@@ -90,18 +88,6 @@ def check_boxes(boxes: Any, field: str) -> np.ndarray:
     if arr.ndim != 2 or arr.shape[1] != 4:
         raise ValueError(f"{field}: expected boxes of shape (K, 4) x1y1x2y2, got shape {arr.shape}")
     return arr
-
-
-def array_to_tensor(arr: np.ndarray) -> torch.Tensor:
-    """A tensor sharing ``arr``'s memory when it is contiguous and writable, else a copy.
-
-    Read-only arrays (e.g. ``np.asarray`` of a Pillow image) are copied, since
-    torch cannot wrap them safely.
-    """
-    arr = np.ascontiguousarray(arr)
-    if not arr.flags.writeable:
-        arr = arr.copy()
-    return torch.from_numpy(arr)
 
 
 def check_pair(value: Sequence[int], argument: str) -> Tuple[int, int]:

@@ -21,11 +21,12 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Union
 import numpy as np
 import torch
 
-from mmpar.data.transforms._fields import array_to_tensor, require
+from mmpar.data.transforms._fields import require
 from mmpar.data.transforms.compose import KeepsSize
 from mmpar.data_container import DataContainer
 from mmpar.registry import TRANSFORMS
 from mmpar.stacking import round_up
+from mmpar.transfer import array_to_tensor
 from mmpar.utils.checks import check_positive_int, is_number
 
 __all__ = ["DefaultFormatBundle", "Collect", "to_tensor", "DEFAULT_META_KEYS"]
@@ -58,7 +59,7 @@ def to_tensor(data: Any, field: str = "data") -> torch.Tensor:
     if isinstance(data, torch.Tensor):
         return data
     if isinstance(data, np.ndarray):
-        return array_to_tensor(data)
+        return array_to_tensor(data, contiguous=True)
     if isinstance(data, Sequence) and not isinstance(data, str):
         return torch.tensor(data)
     if not is_number(data):
@@ -193,7 +194,7 @@ class DefaultFormatBundle(KeepsSize):
                 norm, batch_pad_val=padding_value, pad_val=norm.get("pad_val", padding_value)
             )
             padding_value = 0
-        tensor = array_to_tensor(img.transpose(2, 0, 1))
+        tensor = array_to_tensor(img.transpose(2, 0, 1), contiguous=True)
         results["img"] = DataContainer(
             tensor, stack=True, padding_value=padding_value, size_divisor=self.size_divisor
         )

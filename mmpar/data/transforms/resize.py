@@ -14,7 +14,6 @@ import torch
 import torch.nn.functional as F
 
 from mmpar.data.transforms._fields import (
-    array_to_tensor,
     bbox_fields,
     check_pair,
     image_shape,
@@ -22,6 +21,7 @@ from mmpar.data.transforms._fields import (
     seg_fields,
 )
 from mmpar.registry import TRANSFORMS
+from mmpar.transfer import array_to_tensor
 
 __all__ = ["Resize", "rescale_size", "resize_image", "resize_seg"]
 
@@ -51,7 +51,7 @@ def resize_image(img: np.ndarray, size_hw: Tuple[int, int]) -> np.ndarray:
     """
     if img.shape[:2] == tuple(size_hw):
         return img.copy()
-    t = array_to_tensor(img).permute(2, 0, 1)[None]
+    t = array_to_tensor(img, contiguous=True).permute(2, 0, 1)[None]
     if img.dtype == np.uint8:
         try:
             out = F.interpolate(t, size=tuple(size_hw), mode="bilinear", align_corners=False)
