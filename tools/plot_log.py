@@ -114,11 +114,14 @@ def draw(logs: Sequence[Path], keys: Sequence[str], title: str = ""):
         ValueError: no log has records, or a key is in none of them.
     """
     used = [log for log in logs if has_records(log)]
+    if not used:
+        raise ValueError(
+            f"none of the logs {[str(p) for p in logs]} holds a record to plot; "
+            "give .log.json files of runs that logged at least one step"
+        )
     for log in logs:
         if log not in used:
             _warn(f"{log}: no training or evaluation records; skipped")
-    if not used:
-        raise ValueError(f"none of the logs {[str(p) for p in logs]} holds a record to plot")
     curves = {log: load_json_log(log, keys) for log in used}
     missing = [k for k in keys if not any(k in c for c in curves.values())]
     if missing:
