@@ -7,6 +7,7 @@ the key, value or file at fault; ``--debug`` gives the traceback instead.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -185,6 +186,7 @@ def test_benchmark_refuses_a_missing_config() -> None:
     proc = subprocess.run(
         [sys.executable, "tools/benchmark.py", "--config", "nope.py"],
         cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
         capture_output=True,
         text=True,
         timeout=120,
