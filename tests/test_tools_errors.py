@@ -182,6 +182,19 @@ def test_test_tool_refuses_a_checkpoint_of_another_model(checkpoint: Path) -> No
     error_line(proc, str(checkpoint), "state_dict")
 
 
+def test_a_missing_load_from_is_one_line(tmp_path: Path) -> None:
+    proc = train(tmp_path, options=TINY + [f"load_from={str(tmp_path / 'w.pth')!r}"], check=False)
+    error_line(proc, "load_from", "w.pth", "not found")
+
+
+@pytest.mark.parametrize("tool", ["train.py", "test.py", "plot_log.py"])
+def test_help_tells_how_to_add_a_key_and_debug(tool: str) -> None:
+    proc = run_tool([f"tools/{tool}", "--help"])
+    assert "--debug" in proc.stdout and "traceback" in proc.stdout
+    if tool != "plot_log.py":
+        assert "+KEY=VALUE" in proc.stdout and "error: ..." in proc.stdout
+
+
 def test_benchmark_refuses_a_missing_config() -> None:
     proc = subprocess.run(
         [sys.executable, "tools/benchmark.py", "--config", "nope.py"],

@@ -40,6 +40,7 @@ from mmpar.data import build_dataset
 from mmpar.dist import destroy_dist, get_dist_info, sync_random_seed
 from mmpar.models import build_model
 from mmpar.runner.apis import train_model
+from mmpar.runner.checkpoint import load_checkpoint
 from mmpar.runner.cli import (
     add_cfg_options,
     add_debug_arg,
@@ -97,13 +98,16 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def _resolve_resume(args: argparse.Namespace, cfg, work_dir: Path) -> ResumePlan:
-    """Set ``cfg.resume_from``; the checkpoint is read once, up front, so that a
-    missing or corrupt one is a clear error before any work."""
+    """Set ``cfg.resume_from``. The checkpoint to resume (or ``load_from``) is read
+    up front, so that a missing or corrupt one is a clear error before any work."""
     resume_from = args.resume_from or cfg.get("resume_from")
     option = "--resume-from" if args.resume_from else "resume_from"
     with user_errors(args.debug, option, "give an existing checkpoint written by tools/train.py"):
         plan = plan_resume(resume_from, args.auto_resume, work_dir, cfg.runner["max_epochs"])
     cfg["resume_from"] = plan.checkpoint
+    if cfg.get("load_from") and not plan.checkpoint:
+        with user_errors(args.debug, "load_from", "give an existing checkpoint"):
+            load_checkpoint(cfg.load_from)
     return plan
 
 
