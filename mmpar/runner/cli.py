@@ -26,6 +26,8 @@ __all__ = [
     "add_debug_arg",
     "add_launcher_args",
     "add_cfg_options",
+    "check_choices",
+    "error_text",
     "fail",
     "load_config",
     "start_launcher",
