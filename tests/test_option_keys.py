@@ -102,13 +102,13 @@ def test_train_config_values_are_checked(change, error, words) -> None:
     cfg = Config(BASE)
     cfg.merge_from_dict(plain)
     with pytest.raises(error) as info:
-        check_train_config(cfg, validate=False)
+        check_train_config(cfg, splits=("train",))
     assert all(w in str(info.value) for w in words), str(info.value)
 
 
 def test_good_configs_pass_and_test_needs_data_test() -> None:
-    check_train_config(Config(BASE), validate=False)
+    check_train_config(Config(BASE), splits=("train",))
     with pytest.raises(ValueError, match="data.val: missing"):
-        check_train_config(Config(BASE), validate=True)
+        check_train_config(Config(BASE))
     with pytest.raises(ValueError, match="data.test: missing"):
         check_test_config(Config(BASE))

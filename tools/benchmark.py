@@ -74,7 +74,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.config:
         cfg = load_config(args.config, debug=args.debug)
         with user_errors(args.debug, hint=f"fix it in {args.config}"):
-            check_train_config(cfg, validate=False)
+            check_train_config(cfg, splits=("train",))
     chosen = args.sections or (["train"] if args.config else sections())
     unknown = [s for s in chosen if s not in sections()]
     if unknown:

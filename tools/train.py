@@ -123,7 +123,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     cfg = load_config(args.config, args.cfg_options, args.debug)
     with user_errors(args.debug, hint=f"fix it in {args.config} or with --cfg-options"):
-        check_train_config(cfg, validate=not args.no_validate)
+        check_train_config(cfg, ("train",) if args.no_validate else ("train", "val"))
     work_dir = resolve_work_dir(args.work_dir, cfg, args.config)
     plan = _resolve_resume(args, cfg, work_dir)
     if args.deterministic or cfg.get("deterministic"):

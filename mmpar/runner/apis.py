@@ -131,7 +131,7 @@ def train_model(
     """
     if validate and val_dataset is None:
         raise ValueError("train_model: validate=True needs a val_dataset")
-    check_train_config(cfg, validate)
+    check_train_config(cfg, splits=())  # the datasets come built
     logger = logger or logging.getLogger("mmpar")
     rank, _ = get_dist_info()
     work_dir = Path(cfg.work_dir)

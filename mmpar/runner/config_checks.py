@@ -91,12 +91,13 @@ def _check_model(cfg: Mapping[str, Any], tool: str) -> None:
         raise ValueError("model.type: missing; name the model, e.g. 'TinyDet'")
 
 
-def check_train_config(cfg: Any, validate: bool = True) -> None:
+def check_train_config(cfg: Any, splits: Sequence[str] = ("train", "val")) -> None:
     """Check what training reads: data, model, optimizer, epochs, intervals, ``lr_config``.
 
     Args:
         cfg: The config (a :class:`mmpar.config.Config` or a dict).
-        validate: Whether ``data.val`` is needed too.
+        splits: The datasets (``data.<split>``) that must be configured; none where
+            the datasets are given already built.
 
     Raises:
         TypeError: a value of the wrong type, or a dict expected where there is none.
@@ -104,7 +105,7 @@ def check_train_config(cfg: Any, validate: bool = True) -> None:
     """
     tool = "training"
     cfg = _as_mapping(cfg)
-    _check_data(cfg, ["train", "val"] if validate else ["train"], tool)
+    _check_data(cfg, splits, tool)
     _check_model(cfg, tool)
     optimizer = _dict_at(cfg, "optimizer", ["optimizer.type", "optimizer.lr"], tool)
     lr = optimizer.get("lr")

@@ -62,6 +62,8 @@ TOOL_KEYS: Tuple[str, ...] = (
     "optimizer_config.grad_clip",
     "optimizer_config.grad_clip.max_norm",
     "optimizer_config.grad_clip.norm_type",
+    "optimizer_config.grad_clip.error_if_nonfinite",
+    "optimizer_config.grad_clip.foreach",
     "optimizer_config.cumulative_iters",
     "optimizer_config.loss_scale",
     "optimizer_config.loss_scale.**",
