@@ -5,11 +5,16 @@ Examples::
 
     python tools/test.py CONFIG work_dirs/tiny_det_synthetic/latest.pth --eval
     python tools/test.py CONFIG CKPT --out results.pkl --eval mAP
-    python -m torch.distributed.run --nproc_per_node=2 tools/test.py CONFIG CKPT --launcher pytorch --eval
+    python -m torch.distributed.run --nproc_per_node=2 tools/test.py CONFIG CKPT \
+        --launcher pytorch --eval
 
 Results are collected from every process in dataset order, each image once. The
 metrics are printed and written as JSON: next to ``--out`` (``<out>.metrics.json``)
-or, without ``--out``, to ``<work dir>/eval_<timestamp>.json``.
+or, without ``--out``, to ``<work dir>/eval_<timestamp>.json``, the work dir being
+--work-dir when given, else the checkpoint's folder.
+
+A user error (bad config, option, path or checkpoint) ends the run with one line
+``error: ...`` on stderr and exit status 2 (--debug: the full traceback instead).
 """
 
 from __future__ import annotations
@@ -31,16 +36,17 @@ import numpy as np
 from mmpar.data import build_dataloader, build_dataset
 from mmpar.dist import destroy_dist, get_dist_info
 from mmpar.models import build_model
-from mmpar.runner.checkpoint import load_checkpoint
+from mmpar.runner.checkpoint import load_checkpoint, unwrap_model
 from mmpar.runner.cli import (
     add_cfg_options,
+    add_debug_arg,
     add_launcher_args,
     check_choices,
-    fail,
     load_config,
-    resolve_work_dir,
     start_launcher,
+    user_errors,
 )
+from mmpar.runner.config_checks import check_test_config
 from mmpar.runner.inference import class_rows, eval_samples_per_gpu, evaluate_map, run_inference
 from mmpar.runner.launch import run_device, wrap_model
 
@@ -56,7 +62,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("checkpoint", help="checkpoint file (e.g. work_dirs/NAME/latest.pth)")
     parser.add_argument(
         "--work-dir",
-        help="where the metrics JSON goes without --out (default: work_dirs/<config name>)",
+        help="where the metrics JSON goes without --out (default: the checkpoint's folder)",
     )
     parser.add_argument(
         "--out", help="write the per-image detections here (.pkl: pickle, .json: nested lists)"
@@ -70,6 +76,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     add_cfg_options(parser)
     add_launcher_args(parser)
+    add_debug_arg(parser)
     args = parser.parse_args(argv)
     if args.out is None and args.eval is None:
         parser.error("give at least one of --out FILE and --eval")
@@ -93,7 +100,8 @@ def save_results(results: list, path: Path) -> None:
 
 
 def _json_safe(value):
-    """``value`` as strict JSON allows: NaN (the AP of a class without ground truth) becomes null."""
+    """``value`` as strict JSON allows: NaN (the AP of a class without ground truth)
+    becomes null."""
     if isinstance(value, dict):
         return {k: _json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -109,14 +117,20 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     metrics_wanted = (args.eval or list(METRICS)) if args.eval is not None else []
     check_choices(metrics_wanted, METRICS, "--eval")
-    cfg = load_config(args.config, args.cfg_options)
-    work_dir = resolve_work_dir(args.work_dir, cfg, args.config)
-    if not Path(args.checkpoint).is_file():
-        fail(f"checkpoint {args.checkpoint!r} not found")
+    cfg = load_config(args.config, args.cfg_options, args.debug)
+    hint = f"fix it in {args.config} or with --cfg-options"
+    with user_errors(args.debug, hint=hint):
+        check_test_config(cfg)
+    work_dir = Path(args.work_dir) if args.work_dir else Path(args.checkpoint).parent
+    cfg["work_dir"] = str(work_dir)
+    # Read once, before any process group: a missing or corrupt file is one clear line.
+    with user_errors(args.debug, "checkpoint", "give a checkpoint written by tools/train.py"):
+        checkpoint = load_checkpoint(args.checkpoint)
     distributed = start_launcher(args.launcher, args.local_rank, cfg)
     rank, world_size = get_dist_info()
 
-    dataset = build_dataset(cfg.data.test, test_mode=True)
+    with user_errors(args.debug, "data.test", hint):
+        dataset = build_dataset(cfg.data.test, test_mode=True)
     data_cfg = cfg.data
     pin = None if run_device(distributed).type == "cuda" else False  # None: pinned with CUDA
     loader = build_dataloader(
@@ -128,14 +142,25 @@ def main(argv=None) -> int:
         seed=0,
         pin_memory=pin,
     )
-    model = build_model(cfg.model)
-    load_checkpoint(args.checkpoint, model)
+    with user_errors(args.debug, "model", hint):
+        model = build_model(cfg.model)
+    with user_errors(
+        args.debug,
+        f"checkpoint {args.checkpoint!r}",
+        f"give a checkpoint of the model of {args.config}",
+        errors=(ValueError, RuntimeError),
+    ):
+        if not isinstance(checkpoint.get("state_dict"), dict):
+            raise ValueError(f"has no 'state_dict' (keys: {sorted(checkpoint)})")
+        unwrap_model(model).load_state_dict(checkpoint["state_dict"])
+    del checkpoint
     model = wrap_model(model, distributed)
     results = run_inference(model, loader, distributed)
 
     if rank == 0:
         print(
-            f"tested {args.checkpoint} on {dataset!r} with {world_size} process(es): {len(results)} results",
+            f"tested {args.checkpoint} on {dataset!r} with {world_size} process(es): "
+            f"{len(results)} results",
             flush=True,
         )
         if args.out:

@@ -1,4 +1,7 @@
-"""train_model: a whole training run from a config: data, wrapper, optimizer, resume, epochs, checkpoints, evaluation."""
+"""train_model: a whole training run from a config.
+
+Data, wrapper, optimizer, resume, epochs, checkpoints and evaluation.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from mmpar.runner.checkpoint import (
     save_checkpoint,
     update_latest,
 )
+from mmpar.runner.config_checks import check_train_config
 from mmpar.runner.inference import (
     class_rows,
     eval_samples_per_gpu,
@@ -120,10 +124,13 @@ def train_model(
         metrics being ``dict(mAP=..., per_class=[...])``.
 
     Raises:
-        ValueError: ``validate`` without ``val_dataset``, or a bad ``lr_config``.
+        ValueError: ``validate`` without ``val_dataset``, a missing key or a value
+            out of range (see :func:`mmpar.runner.config_checks.check_train_config`).
+        TypeError: a config value of the wrong type.
     """
     if validate and val_dataset is None:
         raise ValueError("train_model: validate=True needs a val_dataset")
+    check_train_config(cfg, splits=())  # the datasets come built
     logger = logger or logging.getLogger("mmpar")
     rank, _ = get_dist_info()
     work_dir = Path(cfg.work_dir)
@@ -135,7 +142,8 @@ def train_model(
     )
     seed = cfg.get("seed")
     data_cfg = cfg.data
-    # Pinned batches on a GPU (build_dataloader's default with CUDA), none for a CPU run on a GPU machine (gloo).
+    # Pinned batches on a GPU (build_dataloader's default with CUDA), none for a CPU
+    # run on a GPU machine (gloo).
     pin = None if run_device(distributed).type == "cuda" else False
     loader = build_dataloader(
         dataset,
@@ -193,14 +201,10 @@ def train_model(
     ckpt_interval = int(_get(_get(cfg, "checkpoint_config", {}), "interval", 1))
     eval_interval = int(_get(eval_cfg, "interval", 0))
     log_interval = int(_get(_get(cfg, "log_config", {}), "interval", 10))
-    if log_interval < 1:
-        raise ValueError(
-            f"log_config.interval: expected an int >= 1 (iterations between log lines), got {log_interval}"
-        )
     grad_clip = _get(_get(cfg, "optimizer_config", {}), "grad_clip", None)
     logger.info(
-        f"start training: epochs {state.epoch + 1}..{state.max_epochs}, {state.iters_per_epoch} iterations each, "
-        f"work_dir {work_dir}"
+        f"start training: epochs {state.epoch + 1}..{state.max_epochs}, "
+        f"{state.iters_per_epoch} iterations each, work_dir {work_dir}"
     )
     while state.epoch < state.max_epochs:
         train_one_epoch(
