@@ -38,15 +38,15 @@ from mmpar.dist import (
     sync_random_seed,
 )
 from mmpar.distributed import MMDistributedDataParallel, params_without_grad
+from mmpar.gather import gather
 from mmpar.module_wrappers import is_module_wrapper, unwrap_module
 from mmpar.parallel_apply import parallel_apply
 from mmpar.registry import DATASETS, MODELS, MODULE_WRAPPERS, OPTIMIZERS, TRANSFORMS, Registry
-from mmpar.scatter_gather import gather, scatter, scatter_kwargs, to_device
+from mmpar.scatter_gather import scatter, scatter_kwargs, to_device
 from mmpar.stacking import pad_stack
 from mmpar.transfer import pin_memory
 from mmpar.type_handlers import TypeHandler, register_type, unregister_type
-
-__version__ = "0.1.0"
+from mmpar.version import __version__ as __version__
 
 __all__ = [
     "DATASETS",

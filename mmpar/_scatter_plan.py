@@ -18,6 +18,7 @@ import torch
 from mmpar._structures import child_path, dataclass_fields, is_dataclass_instance
 from mmpar.data_container import DataContainer, as_container
 from mmpar.type_handlers import get_handler
+from mmpar.utils.checks import is_int
 
 __all__ = ["Plan", "make_plan", "torch_chunk_sizes", "container_chunks"]
 
@@ -69,7 +70,8 @@ def _survey(obj: Any, path: str, dim: int, containers: list, splittables: list) 
         d = dim if dim >= 0 else dim + obj.dim()
         if not 0 <= d < obj.dim():
             raise ValueError(
-                f"scatter: field {path or 'inputs'!r} has shape {tuple(obj.shape)}, cannot split along dim={dim}"
+                f"scatter: field {path or 'inputs'!r} has shape {tuple(obj.shape)}, cannot split "
+                f"along dim={dim}"
             )
         splittables.append((path or "inputs", obj.shape[d]))
         return
@@ -121,8 +123,8 @@ def _plan_from_containers(
     for path, count, _ in containers[1:]:
         if count != n:
             raise ValueError(
-                f"scatter: every field must split into the same number of pieces; field {path0!r} holds "
-                f"{n} chunks but field {path!r} holds {count}"
+                f"scatter: every field must split into the same number of pieces; field {path0!r} "
+                f"holds {n} chunks but field {path!r} holds {count}"
             )
     if n > n_targets:
         raise ValueError(
@@ -134,19 +136,20 @@ def _plan_from_containers(
     for path, other in known[1:]:
         if other != sizes:
             raise ValueError(
-                f"scatter: containers disagree on their chunks: field {known[0][0]!r} has chunk sizes "
-                f"{sizes}, field {path!r} has {other}"
+                f"scatter: containers disagree on their chunks: field {known[0][0]!r} has chunk "
+                f"sizes {sizes}, field {path!r} has {other}"
             )
     if n > 1:
         for path, length in splittables:
             if sizes is None:
                 raise ValueError(
-                    f"scatter: field {path!r} must be cut at the containers' chunk boundaries, but their "
-                    "chunk sizes are unknown (collate the batch with mmpar.collate)"
+                    f"scatter: field {path!r} must be cut at the containers' chunk boundaries, "
+                    "but their chunk sizes are unknown (collate the batch with mmpar.collate)"
                 )
             if length != sum(sizes):
                 raise ValueError(
-                    f"scatter: field {path!r} holds {length} samples but the containers' chunks hold "
+                    f"scatter: field {path!r} holds {length} samples but the containers' chunks "
+                    "hold "
                     f"{sizes} = {sum(sizes)}; every field of one call must hold the same samples"
                 )
     return n, sizes
@@ -176,15 +179,16 @@ def make_plan(
         n, sizes = _plan_from_containers(containers, splittables, n_targets, hint)
         if chunk_sizes is not None and chunk_sizes != sizes:
             raise ValueError(
-                f"scatter: chunk_sizes={chunk_sizes} must equal the collated containers' chunk sizes {sizes}"
+                f"scatter: chunk_sizes={chunk_sizes} must equal the collated containers' chunk "
+                f"sizes {sizes}"
             )
         pieces_per_field = [(containers[0][0], sizes)] if sizes else []
     elif chunk_sizes is not None:
         for path, length in splittables:
             if length != sum(chunk_sizes):
                 raise ValueError(
-                    f"scatter: chunk_sizes={chunk_sizes} sum to {sum(chunk_sizes)} but field {path!r} "
-                    f"holds {length} along dim {dim}"
+                    f"scatter: chunk_sizes={chunk_sizes} sum to {sum(chunk_sizes)} but field "
+                    f"{path!r} holds {length} along dim {dim}"
                 )
         n, sizes = len(chunk_sizes), chunk_sizes
         pieces_per_field = [("chunk_sizes", sizes)]
@@ -197,8 +201,8 @@ def make_plan(
             if len(pieces) != n:
                 raise ValueError(
                     f"scatter: every field must split into the same number of pieces; field "
-                    f"{pieces_per_field[0][0]!r} splits into {n} but field {path!r} into {len(pieces)} "
-                    f"over {n_targets} target(s)"
+                    f"{pieces_per_field[0][0]!r} splits into {n} but field {path!r} into "
+                    f"{len(pieces)} over {n_targets} target(s)"
                 )
         sizes = None
     else:
@@ -209,11 +213,11 @@ def make_plan(
 
 
 def _check_max_size(max_size: int, pieces_per_field: list) -> None:
-    if isinstance(max_size, bool) or not isinstance(max_size, int) or max_size < 1:
+    if not is_int(max_size) or max_size < 1:
         raise ValueError(f"scatter: max_size must be a positive int, got {max_size!r}")
     for path, sizes in pieces_per_field:
         if max(sizes, default=0) > max_size:
             raise ValueError(
-                f"scatter: max_size={max_size} but field {path!r} would give the targets {sizes} samples; "
-                "samples are never dropped, use more targets or smaller batches"
+                f"scatter: max_size={max_size} but field {path!r} would give the targets {sizes} "
+                "samples; samples are never dropped, use more targets or smaller batches"
             )

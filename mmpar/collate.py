@@ -13,6 +13,7 @@ from mmpar._structures import child_path, is_namedtuple, rebuild_mapping
 from mmpar.data_container import DataContainer, as_container, container_classes
 from mmpar.stacking import pad_stack
 from mmpar.type_handlers import get_handler
+from mmpar.utils.checks import is_int
 
 __all__ = ["collate"]
 
@@ -60,7 +61,7 @@ def collate(batch: Sequence[Any], samples_per_gpu: int = 1) -> Any:
         )
     if len(batch) == 0:
         raise ValueError("collate: batch is empty, expected at least one sample")
-    if isinstance(samples_per_gpu, bool) or not isinstance(samples_per_gpu, int):
+    if not is_int(samples_per_gpu):
         raise TypeError(
             f"collate: samples_per_gpu must be an int, got {type(samples_per_gpu).__name__}"
         )
@@ -112,19 +113,20 @@ def _check_same_kind(samples: List[Any], path: str) -> None:
             not isinstance(s, kind) or (kind is Sequence and isinstance(s, (str, bytes)))
         ):
             raise TypeError(
-                f"{_name(path)}: sample 0 holds {type(elem).__name__}, sample {i} holds {type(s).__name__}"
+                f"{_name(path)}: sample 0 holds {type(elem).__name__}, sample {i} holds "
+                f"{type(s).__name__}"
             )
 
 
 def _collate_containers(samples: List[Any], samples_per_gpu: int, path: str) -> DataContainer:
-    """Collate one field; ``samples`` (a list of our own) may hold mmcv's containers, adopted in place."""
+    """Collate one field; ``samples`` (our own list) may hold mmcv's containers, adopted."""
     for i, s in enumerate(samples):
         if not isinstance(s, DataContainer):
             adopted = as_container(s)
             if adopted is None:
                 raise ValueError(
-                    f"{_name(path)}: is a DataContainer in sample 0 but {type(s).__name__} in sample {i}; "
-                    "wrap it in every sample or in none"
+                    f"{_name(path)}: is a DataContainer in sample 0 but {type(s).__name__} in "
+                    f"sample {i}; wrap it in every sample or in none"
                 )
             samples[i] = adopted
     elem: DataContainer = samples[0]
@@ -199,7 +201,8 @@ def _default_collate(samples: List[Any], path: str) -> Any:
         for i, s in enumerate(samples):
             if type(s) is not type(elem) or s.shape != elem.shape or s.dtype != elem.dtype:
                 raise ValueError(
-                    f"{_name(path)}: plain {type(elem).__name__} fields are stacked over the whole batch "
+                    f"{_name(path)}: plain {type(elem).__name__} fields are stacked over the "
+                    "whole batch "
                     f"and must agree in type, shape and dtype; sample 0 is {_describe(elem)}, "
                     f"sample {i} is {_describe(s)} (wrap the field in DataContainer(stack=True) "
                     "to pad it, or DataContainer() to keep a list)"

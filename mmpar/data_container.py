@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-import numbers
 import operator
 import sys
 from typing import Any, Callable, Optional, Tuple, Union
 
 import torch
+
+from mmpar.pinning import pin_structure
+from mmpar.utils.checks import is_int, is_number
 
 __all__ = ["DataContainer", "as_container", "container_classes"]
 
@@ -83,18 +85,16 @@ class DataContainer:
     ) -> None:
         pad_dims = _check_pad_dims(pad_dims)
         # numbers.Real also admits numpy scalars such as ``np.float32(0.5)``.
-        if isinstance(padding_value, bool) or not isinstance(padding_value, numbers.Real):
+        if not is_number(padding_value):
             raise TypeError(
-                f"DataContainer: padding_value must be an int or float, got {type(padding_value).__name__}"
+                "DataContainer: padding_value must be an int or float, got "
+                f"{type(padding_value).__name__}"
             )
         if size_divisor is not None:
-            if (
-                isinstance(size_divisor, bool)
-                or not isinstance(size_divisor, int)
-                or size_divisor < 1
-            ):
+            if not is_int(size_divisor) or size_divisor < 1:
                 raise ValueError(
-                    f"DataContainer: size_divisor must be a positive int or None, got {size_divisor!r}"
+                    "DataContainer: size_divisor must be a positive int or None, got "
+                    f"{size_divisor!r}"
                 )
             if not stack or pad_dims is None:
                 raise ValueError(
@@ -167,7 +167,8 @@ class DataContainer:
     def _tensor_method(self, name: str) -> Callable[..., Any]:
         if not isinstance(self._data, torch.Tensor):
             raise AttributeError(
-                f"DataContainer.{name}() needs tensor data, this one holds {type(self._data).__name__}"
+                f"DataContainer.{name}() needs tensor data, this one holds "
+                f"{type(self._data).__name__}"
             )
         return getattr(self._data, name)
 
@@ -190,9 +191,7 @@ class DataContainer:
         """
         if self._cpu_only:
             return self
-        from mmpar.transfer import pin_memory  # local: transfer imports the type registry
-
-        return self.with_data(pin_memory(self._data))
+        return self.with_data(pin_structure(self._data))
 
 
 #: Where mmcv 1.x keeps its DataContainer. Looked up in ``sys.modules`` only:

@@ -11,9 +11,10 @@ from torch.nn.parallel import DataParallel, replicate
 
 from mmpar.device_norm import normalize_scattered
 from mmpar.devices import Target, resolve_device, resolve_targets
+from mmpar.gather import gather
 from mmpar.module_wrappers import MODULE_WRAPPERS
 from mmpar.parallel_apply import default_devices, parallel_apply, scatter_batch
-from mmpar.scatter_gather import gather, scatter_kwargs
+from mmpar.scatter_gather import scatter_kwargs
 
 __all__ = ["MMDataParallel", "data_parallel", "check_module_device"]
 
@@ -77,11 +78,14 @@ class MMDataParallel(DataParallel):
     :func:`~mmpar.scatter_gather.scatter_kwargs`, so the module always receives
     plain tensors and lists: a stacked container's chunk ``i`` goes to device ``i``,
     ``cpu_only`` metadata stays a Python list. Outputs come back through mmpar's
-    :func:`~mmpar.scatter_gather.gather`, so per-image result lists are
+    :func:`~mmpar.gather.gather`, so per-image result lists are
     concatenated whole and in device order.
 
     Without CUDA (or with ``device_ids=[-1]`` / ``["cpu"]``) everything runs in
     this process on the CPU, still unwrapping containers (scatter to ``[-1]``).
+    Repeated CPU targets (``["cpu", "cpu"]``) split ``forward``'s batch over them, as
+    :func:`~mmpar.scatter_gather.scatter` does: the module runs once per chunk, in
+    parallel threads, and the outputs are gathered in order.
 
     ``train_step`` and ``val_step`` use one device: for several GPUs, train with
     :class:`~mmpar.distributed.MMDistributedDataParallel`, one process per GPU.
@@ -111,6 +115,9 @@ class MMDataParallel(DataParallel):
             nn.Module.__init__(self)
             self.module = module
             self.device_ids: List[int] = []
+            repeats = len(device_ids) if _names_cpu_only(device_ids) else 1
+            #: One CPU target per chunk that ``forward`` splits the batch into.
+            self.cpu_targets: List[torch.device] = [_CPU] * repeats
         else:
             ids = (
                 None
@@ -130,8 +137,7 @@ class MMDataParallel(DataParallel):
     def forward(self, *inputs: Any, **kwargs: Any) -> Any:
         """Scatter (unwrapping containers), run the module (replicas on several GPUs), gather."""
         if not self.device_ids:
-            args, kw = self._on_one_device(inputs, kwargs, _CPU)
-            return self.module(*args, **kw)
+            return self._cpu_forward(inputs, kwargs)
         # torch's own check raises a RuntimeError that names no parameter; this one names it.
         check_module_device(self.module, self.src_device_obj)
         return super().forward(*inputs, **kwargs)
@@ -166,17 +172,27 @@ class MMDataParallel(DataParallel):
         """Merge per-device outputs onto ``output_device`` (lists concatenated in order)."""
         return gather(outputs, output_device, dim=self.dim)
 
+    def _cpu_forward(self, inputs: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+        args, kw = self.scatter(inputs, kwargs, self.cpu_targets)
+        if len(args) <= 1:
+            return self.module(*(args[0] if args else ()), **(kw[0] if kw else {}))
+        used = self.cpu_targets[: len(args)]
+        outputs = parallel_apply(self.module, list(args), devices=used, module_kwargs=list(kw))
+        return self.gather(outputs, _CPU)
+
     def _single_device_inputs(
         self, method: str, inputs: Tuple[Any, ...], kwargs: Dict[str, Any]
     ) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
-        if not self.device_ids:
-            return self._on_one_device(inputs, kwargs, _CPU)
-        if len(self.device_ids) > 1:
+        targets = self.device_ids or self.cpu_targets
+        if len(targets) > 1:
+            shown = self.device_ids or ["cpu"] * len(targets)
             raise ValueError(
-                f"MMDataParallel.{method}: runs on one device, got device_ids={self.device_ids}; "
+                f"MMDataParallel.{method}: runs on one device, got device_ids={shown}; "
                 "for multi-GPU training use MMDistributedDataParallel with one process per GPU, "
                 "launched with torchrun (python -m torch.distributed.run --nproc_per_node=N ...)"
             )
+        if not self.device_ids:
+            return self._on_one_device(inputs, kwargs, _CPU)
         check_module_device(self.module, self.src_device_obj)
         return self._on_one_device(inputs, kwargs, self.src_device_obj)
 

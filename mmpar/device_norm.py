@@ -51,7 +51,7 @@ def _column(values: Sequence[Sequence[float]], device: torch.device) -> torch.Te
 
 
 def normalize_images(img: torch.Tensor, img_metas: Sequence[Mapping[str, Any]]) -> torch.Tensor:
-    """Normalize a stacked batch of raw images where it is, as the worker-side ``Normalize`` would have.
+    """Normalize a stacked batch of raw images where it is, as a worker-side ``Normalize`` would.
 
     Args:
         img: ``(N, C, H, W)`` images of any dtype (uint8 typically), padded.
@@ -78,8 +78,8 @@ def normalize_images(img: torch.Tensor, img_metas: Sequence[Mapping[str, Any]]) 
         for key in ("mean", "std"):
             if len(cfg.get(key, ())) != c:
                 raise ValueError(
-                    f"normalize_images: img_metas[{i}]['img_norm_cfg'][{key!r}] must have {c} values "
-                    f"(one per channel), got {cfg.get(key)!r}"
+                    f"normalize_images: img_metas[{i}]['img_norm_cfg'][{key!r}] must have "
+                    f"{c} values (one per channel), got {cfg.get(key)!r}"
                 )
     device = img.device
     x = img.to(torch.float32)

@@ -43,7 +43,8 @@ def resolve_device(target: Target, argument: str = "target") -> torch.device:
             raise ValueError(f"{argument}: unknown device {target!r} ({err})") from None
     else:
         raise TypeError(
-            f"{argument}: expected an int, str or torch.device, got {type(target).__name__} {target!r}"
+            f"{argument}: expected an int, str or torch.device, got {type(target).__name__} "
+            f"{target!r}"
         )
     if device.type == "cpu":
         return torch.device("cpu")
@@ -56,7 +57,8 @@ def resolve_device(target: Target, argument: str = "target") -> torch.device:
     index = torch.cuda.current_device() if device.index is None else device.index
     if index >= torch.cuda.device_count():
         raise ValueError(
-            f"{argument}: {device} requested but only {torch.cuda.device_count()} CUDA device(s) exist"
+            f"{argument}: {device} requested but only {torch.cuda.device_count()} CUDA device(s) "
+            "exist"
         )
     return torch.device("cuda", index)
 

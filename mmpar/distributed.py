@@ -76,7 +76,7 @@ class MMDistributedDataParallel(DistributedDataParallel):
         return self._run_step("train_step", inputs, kwargs)
 
     def val_step(self, *inputs: Any, **kwargs: Any) -> Any:
-        """Run ``module.val_step`` on the unwrapped inputs as DDP's forward (see :meth:`train_step`)."""
+        """``module.val_step`` on the unwrapped inputs as DDP's forward (see :meth:`train_step`)."""
         return self._run_step("val_step", inputs, kwargs)
 
     def scatter(
@@ -106,7 +106,7 @@ class MMDistributedDataParallel(DistributedDataParallel):
         return params_without_grad(self.module)
 
     def _input_target(self) -> Target:
-        """This process's device: ``device_ids[0]``, else a single-device CUDA module's, else the CPU."""
+        """This process's device: ``device_ids[0]``, else a 1-device CUDA module's, else the CPU."""
         if self.device_ids:
             return self.device_ids[0]
         device = getattr(self, "device", None)  # DDP sets it: the first parameter's device

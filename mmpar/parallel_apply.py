@@ -10,9 +10,10 @@ import torch
 from torch import nn
 
 from mmpar.devices import Target, resolve_targets
-from mmpar.scatter_gather import gather, scatter_kwargs
+from mmpar.gather import gather
+from mmpar.scatter_gather import scatter_kwargs
 
-__all__ = ["parallel_apply", "default_devices"]
+__all__ = ["default_devices", "parallel_apply", "scatter_batch"]
 
 Fn = Union[nn.Module, Sequence[nn.Module], Callable[..., Any]]
 
@@ -55,7 +56,7 @@ def parallel_apply(
         devices: Targets (``0``, ``"cuda:1"``, ``-1``/``"cpu"``, torch.device);
             repeats allowed. Default: every visible CUDA device, or ``["cpu"]``.
         output_device: When given, the results are merged onto it with mmpar's
-            :func:`~mmpar.scatter_gather.gather` (tensors concatenated along
+            :func:`~mmpar.gather.gather` (tensors concatenated along
             ``dim``); when None the list of results is returned.
         dim: Dimension to scatter the batch along and to gather results along.
         module_kwargs: Keyword arguments, see above.
@@ -109,7 +110,8 @@ def _per_device(
         )
     if len(module_kwargs) != n_devices:
         raise ValueError(
-            f"parallel_apply: module_kwargs needs one dict per device ({n_devices}), got {len(module_kwargs)}"
+            f"parallel_apply: module_kwargs needs one dict per device ({n_devices}), got "
+            f"{len(module_kwargs)}"
         )
     return args, [dict(k) for k in module_kwargs]
 
@@ -152,7 +154,8 @@ def _functions(fn: Fn, n: int) -> List[Callable[..., Any]]:
         return list(fn)[:n]
     if not callable(fn):
         raise TypeError(
-            f"parallel_apply: fn must be a module, a list of modules or a callable, got {type(fn).__name__}"
+            "parallel_apply: fn must be a module, a list of modules or a callable, got "
+            f"{type(fn).__name__}"
         )
     return [fn] * n
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-import numpy as np
 import torch
 
 from mmpar._scatter_plan import Plan, container_chunks, make_plan, torch_chunk_sizes
@@ -19,11 +18,12 @@ from mmpar._structures import (
     rebuild_mapping,
 )
 from mmpar.data_container import as_container
-from mmpar.devices import Target, resolve_device, resolve_targets
-from mmpar.transfer import BatchedTransfer, move
-from mmpar.type_handlers import get_handler, is_registered
+from mmpar.devices import Target, resolve_targets
+from mmpar.transfer import BatchedTransfer, map_tensors, move
+from mmpar.type_handlers import get_handler
+from mmpar.utils.checks import is_int
 
-__all__ = ["scatter", "scatter_kwargs", "gather", "to_device"]
+__all__ = ["scatter", "scatter_kwargs", "to_device"]
 
 
 class _Pending:
@@ -168,7 +168,7 @@ def _scatter(
 ) -> List[Any]:
     devices = resolve_targets(target_gpus)
     _check_dtype(dtype)
-    if isinstance(dim, bool) or not isinstance(dim, int):
+    if not is_int(dim):
         raise TypeError(f"scatter: dim must be an int, got {type(dim).__name__}")
     plan = make_plan(inputs, len(devices), dim, chunk_sizes, max_size, hint)
     targets = [_Target(d, dtype) for d in devices[: plan.n]]
@@ -191,8 +191,9 @@ def scatter(
     * A tensor is cut along ``dim`` like ``torch.chunk`` (at the containers' chunk
       boundaries when the inputs hold collated containers, or at ``chunk_sizes``);
       for a single target it is passed whole (on the CPU: the tensor itself).
-    * A DataContainer (mmpar's or mmcv 1.x's) gives its chunk ``i`` to target ``i``: ``cpu_only`` data as
-      it is, other data (tensors, lists of tensors, numpy arrays as tensors) moved.
+    * A DataContainer (mmpar's or mmcv 1.x's) gives its chunk ``i`` to target ``i``:
+      ``cpu_only`` data as it is, other data (tensors, lists of tensors, numpy arrays as
+      tensors) moved.
     * Tuples, lists, dicts, namedtuples and dataclasses are rebuilt per target.
     * Strings, numbers, ``None``, numpy arrays outside containers and containers
       holding nothing to split are given, by reference, to every used target.
@@ -265,136 +266,3 @@ def to_device(data: Any, device: Target) -> Any:
         "; to_device moves a batch collated for one device, use scatter(data, targets) to split it"
     )
     return _scatter(data, [device], 0, None, None, None, hint)[0]
-
-
-def gather(outputs: Sequence[Any], target_device: Target, dim: int = 0) -> Any:
-    """Bring per-target outputs back to one device; the inverse of :func:`scatter`
-    for what models return.
-
-    Tensors are moved and concatenated along ``dim`` (0-dim tensors stacked into a
-    vector); mappings gathered key by key; tuples, namedtuples and dataclasses field
-    by field; lists concatenated in target order (per-image results come back as
-    one list, in sample order) with their tensors moved; ``None`` stays ``None``;
-    registered types use their ``gather`` hook; other values come back as the list
-    of per-target values. Padding added by collate is not undone.
-
-    Args:
-        outputs: One output per target.
-        target_device: Where the result goes (``-1`` or ``"cpu"`` for the CPU).
-        dim: Dimension along which tensors are concatenated.
-
-    Raises:
-        TypeError: ``outputs`` is not a non-empty list or tuple, or targets returned
-            different kinds of values for one field.
-        ValueError: Mappings with different keys (the message names them), tuples
-            of different lengths, tensors whose shapes cannot be joined along
-            ``dim``, or an unknown ``target_device``.
-    """
-    device = resolve_device(target_device, "gather: target_device")
-    if not isinstance(outputs, (list, tuple)):
-        raise TypeError(
-            f"gather: outputs must be a list with one entry per target, got {type(outputs).__name__}"
-        )
-    if len(outputs) == 0:
-        raise ValueError("gather: outputs is empty, expected one entry per target")
-    return _gather(list(outputs), device, dim, "")
-
-
-def _gather(items: List[Any], device: torch.device, dim: int, path: str) -> Any:
-    first = items[0]
-    name = f"gather: field {path!r}" if path else "gather: outputs"
-    for i, item in enumerate(items):
-        if type(item) is not type(first) and not (
-            isinstance(first, Mapping) and isinstance(item, Mapping)
-        ):
-            raise TypeError(
-                f"{name}: target 0 returned {type(first).__name__}, target {i} {type(item).__name__}"
-            )
-    if first is None:
-        return None
-    if isinstance(first, torch.Tensor):
-        return _join_tensors(items, device, dim, name)
-    handler = get_handler(first)
-    if handler is not None:
-        return handler.gather(items, device)
-    if isinstance(first, Mapping):
-        keys = list(first)
-        for i, item in enumerate(items):
-            if set(item) != set(keys):
-                raise ValueError(
-                    f"{name}: targets returned different keys; target {i} lacks "
-                    f"{sorted(map(str, set(keys) - set(item)))} and adds {sorted(map(str, set(item) - set(keys)))}"
-                )
-        return rebuild_mapping(
-            first,
-            ((k, _gather([it[k] for it in items], device, dim, child_path(path, k))) for k in keys),
-        )
-    if isinstance(first, list):
-        return [map_tensors(x, lambda t: t.to(device), device) for item in items for x in item]
-    if isinstance(first, tuple):
-        if any(len(item) != len(first) for item in items):
-            raise ValueError(
-                f"{name}: targets returned tuples of lengths {[len(it) for it in items]}"
-            )
-        columns = [
-            _gather(list(col), device, dim, child_path(path, j))
-            for j, col in enumerate(zip(*items))
-        ]
-        return type(first)(*columns) if is_namedtuple(first) else tuple(columns)
-    if is_dataclass_instance(first):
-        return dataclasses.replace(
-            first,
-            **{
-                n: _gather([getattr(it, n) for it in items], device, dim, child_path(path, n))
-                for n in dataclass_fields(first)
-            },
-        )
-    return items
-
-
-def _join_tensors(
-    items: List[torch.Tensor], device: torch.device, dim: int, name: str
-) -> torch.Tensor:
-    """Concatenate along ``dim`` (0-dim tensors: stack); shapes that do not fit are a ValueError."""
-    moved = [t.to(device) for t in items]
-    try:
-        return torch.stack(moved) if moved[0].dim() == 0 else torch.cat(moved, dim)
-    except (RuntimeError, IndexError) as err:
-        shapes = [tuple(t.shape) for t in items]
-        raise ValueError(
-            f"{name}: cannot join the targets' tensors along dim={dim}, their shapes are {shapes} ({err})"
-        ) from None
-
-
-def _numeric(array: np.ndarray) -> bool:
-    """Whether torch has a dtype for the array's: bools, ints, floats and complex
-    numbers, but not strings, objects, dates or long doubles."""
-    kind, size = array.dtype.kind, array.dtype.itemsize
-    return kind in "biuf" and size <= 8 or kind == "c" and size <= 16
-
-
-def _from_numpy(array: np.ndarray) -> torch.Tensor:
-    """The array as a tensor, sharing its memory where torch can: a flipped view
-    (negative strides, as ``np.fliplr`` makes), a read-only or a byte-swapped
-    array is copied first."""
-    if array.flags.writeable and array.dtype.isnative and all(s >= 0 for s in array.strides):
-        return torch.from_numpy(array)
-    return torch.from_numpy(np.array(array, dtype=array.dtype.newbyteorder("="), order="C"))
-
-
-def map_tensors(
-    obj: Any, fn: Callable[[torch.Tensor], Any], device: torch.device, numpy_too: bool = False
-) -> Any:
-    """``obj`` rebuilt with ``fn`` applied to every tensor in it (and, with
-    ``numpy_too``, to every numeric numpy array as a tensor); registered types are
-    moved to ``device`` with their ``to`` hook; other leaves are kept."""
-
-    def leaf(x: Any) -> Any:
-        if isinstance(x, torch.Tensor):
-            return fn(x)
-        if numpy_too and isinstance(x, np.ndarray) and _numeric(x):
-            return fn(_from_numpy(x))
-        handler = get_handler(x)
-        return x if handler is None else handler.to(x, device)
-
-    return map_structure(obj, leaf, is_leaf=is_registered)

@@ -106,7 +106,8 @@ def _check_stackable(tensors: Sequence[torch.Tensor], pad_dims: Optional[int], f
             )
         if t.dtype != first.dtype:
             raise ValueError(
-                f"{field}: dtypes must agree to stack, sample 0 is {first.dtype}, sample {i} is {t.dtype}"
+                f"{field}: dtypes must agree to stack, sample 0 is {first.dtype}, sample {i} is "
+                f"{t.dtype}"
             )
         if t.device != first.device:
             raise ValueError(
@@ -188,8 +189,8 @@ def pad_stack(
         padding_values = [padding_values] * len(tensors)
     elif len(padding_values) != len(tensors):
         raise ValueError(
-            f"{field}: padding_values must be one number or one per sample, got {len(padding_values)} "
-            f"values for {len(tensors)} samples"
+            f"{field}: padding_values must be one number or one per sample, got "
+            f"{len(padding_values)} values for {len(tensors)} samples"
         )
     first = tensors[0]
     padding_values = [_fill_value(v, first.dtype, field, i) for i, v in enumerate(padding_values)]

@@ -1,4 +1,5 @@
-"""Moving tensors to a device: batched host-to-GPU copies on a side stream, and pinning.
+"""Moving tensors to a device: batched host-to-GPU copies on a side stream, pinning, and
+numpy arrays as tensors.
 
 A detection batch holds a few large tensors (images) and many small ones (each
 image's boxes and labels). One ``cudaMemcpy`` per small tensor costs far more in
@@ -12,22 +13,23 @@ while the consumer may still read it.
 
 from __future__ import annotations
 
-import bisect
-import itertools
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
+import numpy as np
 import torch
 
 from mmpar._structures import map_structure
 from mmpar.data_container import as_container
+from mmpar.packing import TensorGroup, packed_copy
+from mmpar.pinning import pin_structure, pin_tensor
 from mmpar.type_handlers import get_handler, is_registered
 
 __all__ = [
     "PACK_LIMIT",
+    "array_to_tensor",
+    "map_tensors",
     "BatchedTransfer",
     "move",
-    "pack",
-    "unpack",
     "to_device_batched",
     "pin_memory",
     "pin_tensor",
@@ -35,43 +37,7 @@ __all__ = [
 
 #: Tensors of at most this many bytes travel packed into one copy per device.
 PACK_LIMIT = 1 << 20
-#: Byte alignment of each packed tensor, enough for any dtype's ``view``.
-_ALIGN = 64
-
-_Layout = List[Tuple[int, int, torch.dtype, torch.Size]]  # offset, nbytes, dtype, shape
 _copy_streams: Dict[int, "torch.cuda.Stream"] = {}
-
-
-def pack(tensors: Sequence[torch.Tensor], pin: bool = False) -> Tuple[torch.Tensor, _Layout]:
-    """Copy tensors into one flat ``uint8`` buffer.
-
-    Args:
-        tensors: CPU tensors of any dtype and shape.
-        pin: Allocate the buffer in pinned (page-locked) memory.
-
-    Returns:
-        ``(buffer, layout)``: the bytes of every tensor, each starting at a
-        multiple of 64, and for each tensor its ``(offset, nbytes, dtype, shape)``.
-    """
-    layout: _Layout = []
-    offset = 0
-    for t in tensors:
-        nbytes = t.numel() * t.element_size()
-        layout.append((offset, nbytes, t.dtype, t.shape))
-        offset += -(-nbytes // _ALIGN) * _ALIGN
-    buffer = torch.empty(offset, dtype=torch.uint8, pin_memory=pin)
-    for t, (start, nbytes, _, _) in zip(tensors, layout):
-        if nbytes:
-            buffer[start : start + nbytes].copy_(t.contiguous().reshape(-1).view(torch.uint8))
-    return buffer, layout
-
-
-def unpack(buffer: torch.Tensor, layout: _Layout) -> List[torch.Tensor]:
-    """Typed views into a buffer made by :func:`pack` (on whatever device it is now)."""
-    return [
-        buffer[start : start + nbytes].view(dtype).view(shape)
-        for start, nbytes, dtype, shape in layout
-    ]
 
 
 def _copy_stream(device: torch.device) -> "torch.cuda.Stream":
@@ -113,8 +79,8 @@ class BatchedTransfer:
         )
         self.dtype = dtype
         self._out: List[Any] = []
-        self._groups: List[_Group] = []
-        self._singles: Dict[Any, _Group] = {}
+        self._groups: List[TensorGroup] = []
+        self._singles: Dict[Any, TensorGroup] = {}
         self._copied: List[torch.Tensor] = []
         self._current = torch.cuda.current_stream(self.device)
         self._stream = _copy_stream(self.device)
@@ -129,7 +95,7 @@ class BatchedTransfer:
             key = (t.dtype, tuple(t.shape[1:]) if t.dim() else None)
             group = self._singles.get(key)
             if group is None:
-                group = self._singles[key] = _Group(t.dtype, key[1])
+                group = self._singles[key] = TensorGroup(t.dtype, key[1])
                 self._groups.append(group)
             group.add(index, t)
         else:
@@ -167,7 +133,7 @@ class BatchedTransfer:
             return None
         start = len(self._out)
         self._out.extend(tensors)
-        group = _Group(dtype, tuple(trailing))
+        group = TensorGroup(dtype, tuple(trailing))
         group.indices = range(start, start + len(tensors))
         group.tensors = tensors
         self._groups.append(group)
@@ -178,7 +144,7 @@ class BatchedTransfer:
         out = self._out
         if self._groups:
             with torch.cuda.device(self.device), torch.cuda.stream(self._stream):
-                buffer = _packed_copy(self._groups, out, self.device)
+                buffer = packed_copy(self._groups, out, self.device)
             self._copied.append(buffer)
         if self._copied:
             self._current.wait_stream(self._stream)
@@ -188,90 +154,6 @@ class BatchedTransfer:
         if self.dtype is None:
             return out
         return [_cast(t, self.dtype) for t in out]  # casts run on the current stream
-
-
-class _Group:
-    """Small tensors of one dtype and one trailing shape (``None``: 0-dim), and their output indices."""
-
-    __slots__ = ("dtype", "trailing", "indices", "tensors")
-
-    def __init__(self, dtype: torch.dtype, trailing: Optional[Tuple[int, ...]]) -> None:
-        self.dtype = dtype
-        self.trailing = trailing
-        self.indices: Sequence[int] = []
-        self.tensors: List[torch.Tensor] = []
-
-    def add(self, index: int, t: torch.Tensor) -> None:
-        self.indices.append(index)  # type: ignore[attr-defined]
-        self.tensors.append(t)
-
-
-#: Elements below which ``torch.cat`` copies serially; above it, it starts threads per input.
-_SERIAL_CAT = 32767
-
-
-def _cat_rows(
-    tensors: List[torch.Tensor], sizes: List[int], per_row: int, out: torch.Tensor
-) -> None:
-    """``torch.cat(tensors, out=out)`` in pieces small enough for its serial kernel (many
-    small inputs otherwise cost a parallel region each)."""
-    if len(tensors) < 16 or out.numel() <= _SERIAL_CAT:
-        torch.cat(tensors, dim=0, out=out)
-        return
-    ends = list(itertools.accumulate(sizes))
-    rows = max(1, _SERIAL_CAT // max(per_row, 1))
-    i, row = 0, 0
-    while i < len(tensors):
-        j = max(bisect.bisect_right(ends, row + rows, i), i + 1)
-        torch.cat(tensors[i:j], dim=0, out=out[row : ends[j - 1]])
-        i, row = j, ends[j - 1]
-
-
-def _packed_copy(
-    groups: List[_Group], out: List[Any], device: torch.device, pin: bool = True
-) -> torch.Tensor:
-    """Copy each group's CPU tensors to ``device`` through one pinned buffer; their
-    device views go into ``out`` at the groups' indices. Returns the device buffer.
-
-    One ``torch.cat`` writes a group into the pinned buffer, one ``torch.split``
-    cuts its views out of the device copy. Each group starts at a multiple of 64
-    bytes, so every dtype may view it.
-    """
-    plan = []  # (group, sizes, rows, per_row, offset, nbytes)
-    offset = 0
-    for group in groups:
-        per_row = 1
-        for size in group.trailing or ():
-            per_row *= size
-        sizes = (
-            [1] * len(group.tensors)
-            if group.trailing is None
-            else [t.shape[0] for t in group.tensors]
-        )
-        rows = sum(sizes)
-        nbytes = rows * per_row * group.dtype.itemsize
-        plan.append((group, sizes, rows, per_row, offset, nbytes))
-        offset += -(-nbytes // _ALIGN) * _ALIGN
-    host = torch.empty(max(offset, _ALIGN), dtype=torch.uint8, pin_memory=pin)
-    for group, sizes, rows, per_row, start, nbytes in plan:
-        dst = host[start : start + nbytes].view(group.dtype)
-        if group.trailing is None:
-            torch.stack(group.tensors, out=dst)
-        else:
-            _cat_rows(group.tensors, sizes, per_row, dst.view((rows,) + group.trailing))
-    on_device = host.to(device, non_blocking=True)
-    for group, sizes, rows, per_row, start, nbytes in plan:
-        src = on_device[start : start + nbytes].view(group.dtype)
-        if group.trailing is None:
-            pieces: Sequence[torch.Tensor] = src.unbind(0)
-        else:
-            pieces = torch.split(src.view((rows,) + group.trailing), sizes, dim=0)
-        if isinstance(group.indices, range):
-            out[group.indices.start : group.indices.stop] = pieces
-        else:
-            for j, piece in zip(group.indices, pieces):
-                out[j] = piece
-    return on_device
 
 
 def to_device_batched(
@@ -325,39 +207,52 @@ def pin_memory(data: Any) -> Any:
     """``data`` with every tensor (and registered type) in pinned memory.
 
     Containers are rebuilt with their types (dataclasses included);
-    DataContainers pin their own data (``cpu_only`` ones are left alone); other
-    objects are returned as they are.
+    DataContainers (mmpar's, and mmcv 1.x's, adopted) pin their own data
+    (``cpu_only`` ones are left alone); other objects are returned as they are.
     """
-    return map_structure(data, _pin_leaf, is_leaf=is_registered)
+    return pin_structure(data, adopt=as_container)
 
 
-def pin_tensor(t: torch.Tensor) -> torch.Tensor:
-    """``t`` in pinned memory, empty tensors included.
+def _numeric(array: np.ndarray) -> bool:
+    """Whether torch has a dtype for the array's: bools, ints, floats and complex
+    numbers, but not strings, objects, dates or long doubles."""
+    kind, size = array.dtype.kind, array.dtype.itemsize
+    return kind in "biuf" and size <= 8 or kind == "c" and size <= 16
 
-    ``Tensor.pin_memory()`` leaves a tensor of 0 elements unpinned (it has no
-    bytes, so no page-locked allocation is made and ``is_pinned()`` stays False).
-    Here it becomes a 0-element view of a small pinned block, so that every tensor
-    of a pinned batch reports ``is_pinned()`` and takes the same copy paths.
+
+def array_to_tensor(array: np.ndarray, contiguous: bool = False) -> torch.Tensor:
+    """The array as a tensor, sharing its memory where torch can.
+
+    A flipped view (negative strides, as ``np.fliplr`` makes), a read-only or a
+    byte-swapped array is copied first (torch cannot wrap those); any other array,
+    strided views included, is shared, so the tensor keeps the array's strides.
+
+    Args:
+        array: A numeric numpy array.
+        contiguous: Return a C-contiguous tensor, copying a strided array once
+            (e.g. the ``(C, H, W)`` transpose of an ``(H, W, C)`` image).
     """
-    if t.numel() == 0:
-        if t.is_pinned():
-            return t
-        empty = (
-            torch.empty(_ALIGN, dtype=torch.uint8, pin_memory=True)[:0].view(t.dtype).view(t.shape)
-        )
-        return empty.requires_grad_() if t.requires_grad else empty
-    return t.pin_memory()
+    shareable = array.flags.writeable and array.dtype.isnative
+    if contiguous:
+        shareable = shareable and array.flags.c_contiguous
+    if shareable and all(s >= 0 for s in array.strides):
+        return torch.from_numpy(array)
+    return torch.from_numpy(np.array(array, dtype=array.dtype.newbyteorder("="), order="C"))
 
 
-def _pin_leaf(obj: Any) -> Any:
-    if isinstance(obj, torch.Tensor):
-        return pin_tensor(obj)
-    handler = get_handler(obj)
-    if handler is not None:
-        return handler.pin_memory(obj)
-    container = as_container(obj)
-    if container is not None:
-        return container.pin_memory()
-    if hasattr(obj, "pin_memory") and not isinstance(obj, type):
-        return obj.pin_memory()
-    return obj
+def map_tensors(
+    obj: Any, fn: Callable[[torch.Tensor], Any], device: torch.device, numpy_too: bool = False
+) -> Any:
+    """``obj`` rebuilt with ``fn`` applied to every tensor in it (and, with
+    ``numpy_too``, to every numeric numpy array as a tensor); registered types are
+    moved to ``device`` with their ``to`` hook; other leaves are kept."""
+
+    def leaf(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            return fn(x)
+        if numpy_too and isinstance(x, np.ndarray) and _numeric(x):
+            return fn(array_to_tensor(x))
+        handler = get_handler(x)
+        return x if handler is None else handler.to(x, device)
+
+    return map_structure(obj, leaf, is_leaf=is_registered)

@@ -1,4 +1,4 @@
-"""Test helpers: does a structure still hold a DataContainer; a train_step that insists it does not."""
+"""Test helpers: does a structure still hold a DataContainer; a train_step insisting it does not."""
 
 from __future__ import annotations
 

@@ -239,7 +239,8 @@ def _collect(
         if remaining <= 0:
             missing = sorted(pending.values())
             raise TimeoutError(
-                f"run_workers: ranks {missing} did not finish within {timeout} s; all workers killed"
+                f"run_workers: ranks {missing} did not finish within {timeout} s; all workers "
+                "killed"
             )
         for reader in multiprocessing.connection.wait(list(pending), timeout=remaining):
             rank = pending.pop(reader)

@@ -364,7 +364,7 @@ def _name(path: str) -> str:
 @st.composite
 def _mutation(draw: st.DrawFn, schema: Any, samples: List[Any]) -> Tuple[List[Any], Mutation]:
     i = draw(st.integers(0, len(samples) - 1))
-    choices = [("leaf", p, l) for p, l in leaves(schema)] + [
+    choices = [("leaf", p, x) for p, x in leaves(schema)] + [
         ("node", p, n) for p, n in _nodes(schema)
     ]
     where, path, spec = draw(st.sampled_from(choices))
@@ -415,9 +415,12 @@ def _mutate_leaf(draw: st.DrawFn, samples: List[Any], i: int, path: str, keys: l
         fn = lambda dc: DataContainer(dc.data, cpu_only=not dc.cpu_only)  # noqa: E731
     elif what == "pad_dims":
         other = draw(st.sampled_from([p for p in (None, 1, 2, 3) if p != leaf.pad_dims]))
-        fn = lambda dc: DataContainer(
-            dc.data, stack=True, pad_dims=other, padding_value=dc.padding_value
-        )  # noqa: E731
+
+        def fn(dc: DataContainer) -> DataContainer:
+            return DataContainer(
+                dc.data, stack=True, pad_dims=other, padding_value=dc.padding_value
+            )
+
     elif what == "padding":
         bad = draw(st.sampled_from(_BAD_PADDING[leaf.dtype]))
         fn = lambda dc: DataContainer(  # noqa: E731

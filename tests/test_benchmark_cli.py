@@ -33,6 +33,18 @@ def test_quick_collate_and_loader_sections_print_their_tables() -> None:
     assert out.count("target >=") == 2 and "images/s" in out
 
 
+def test_quick_pad_once_section_compares_the_two_pipelines_on_one_batch_shape() -> None:
+    proc = _run("--quick", "pad_once")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    assert "## Pad once: padding in the workers against padding in collate" in out
+    assert "| float32 |" in out and "| uint8 |" in out and "2 workers" in out
+    # Both pipelines batch the same (scaled) images to one shape, a multiple of 32.
+    shape = out.split("Batch shape (both pipelines): (")[1].split(")")[0]
+    n, c, h, w = (int(s) for s in shape.split(", "))
+    assert (n, c) == (16, 3) and h % 32 == 0 and w % 32 == 0 and h >= 150 and w >= 225
+
+
 def test_unknown_section_is_a_usage_error_listing_the_sections() -> None:
     proc = _run("nonsense")
     assert proc.returncode == 2

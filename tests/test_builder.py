@@ -45,7 +45,7 @@ Epoch = Dict[int, Tuple[int, Tuple[float, ...]]]  # sample index -> (worker, dra
 
 
 def _run_epoch(loader, epoch: int, repeats_allowed: bool = False) -> Epoch:
-    """Sample index -> (worker, draws); a distributed epoch may repeat a sample to even out ranks."""
+    """Sample index -> (worker, draws); a distributed epoch may repeat samples to even out ranks."""
     set_loader_epoch(loader, epoch)
     out: Epoch = {}
     for batch in loader:

@@ -74,10 +74,13 @@ def test_annotations_are_converted(coco):
     assert ds.skipped_boxes == dict(degenerate=1, outside=1, other_class=0, crowd=1)
     np.testing.assert_array_equal(ds.ori_img_sizes, [[30, 40], [50, 30]])
     assert ds.flag.tolist() == [1, 0] and ds.flag.dtype == np.uint8
-    # img_sizes are the sizes as batched: through the pipeline's Resize, exactly.
-    np.testing.assert_array_equal(ds.img_sizes, [[48, 64], [64, 38]])
+    # img_sizes are the sizes as batched: through the pipeline's Resize and Pad, exactly.
+    np.testing.assert_array_equal(ds.img_sizes, [[48, 64], [64, 48]])
     for i in range(len(ds)):
-        assert tuple(ds[i]["img_metas"].data["img_shape"][:2]) == tuple(ds.img_sizes[i])
+        sample = ds[i]
+        assert tuple(sample["img"].data.shape[1:]) == tuple(ds.img_sizes[i])
+        assert tuple(sample["img_metas"].data["pad_shape"][:2]) == tuple(ds.img_sizes[i])
+    assert ds[1]["img_metas"].data["img_shape"] == (64, 38, 3)
     assert ds.get_img_info(1)["filename"] == "sub/b.png"
 
 
@@ -123,8 +126,11 @@ def test_default_pipeline(coco):
     ds = DATASETS.build(dict(type="CocoDetection", ann_file=coco[0], img_prefix=coco[1]))
     out = ds[1]
     meta = out["img_metas"].data
-    # 50x30 portrait into (1333, 800): the long side reaches 1333.
-    assert meta["img_shape"] == (1333, 800, 3) and out["img"].data.shape == (3, 1344, 800)
+    # 50x30 portrait into (1333, 800): the long side reaches 1333. The image is not
+    # padded in the pipeline (collate pads it into the batch), pad_shape says to what.
+    assert meta["img_shape"] == (1333, 800, 3) and out["img"].data.shape == (3, 1333, 800)
+    assert meta["pad_shape"] == (1344, 800, 3) and out["img"].size_divisor == 32
+    assert tuple(ds.img_sizes[1]) == (1333, 800)
     assert set(out) == {"img_metas", "img", "gt_bboxes", "gt_labels"}
     test = CocoDetection(*coco, test_mode=True)
     assert set(test[2]) == {"img_metas", "img"}

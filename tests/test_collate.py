@@ -1,4 +1,4 @@
-"""collate: chunking, the three kinds of container, nested structures, errors, DataLoader workers."""
+"""collate: chunking, the three kinds of container, nesting, errors, DataLoader workers."""
 
 from __future__ import annotations
 

@@ -75,7 +75,8 @@ def test_nested_bases_with_relative_paths(tmp_path: Path) -> None:
         tmp_path / "configs/_base_/models/retinanet.py",
         """\
         _base_ = "../default.py"
-        model = dict(type="RetinaNet", backbone=dict(type="ResNet", depth=50), neck=dict(type="FPN", out=256))
+        model = dict(type="RetinaNet", backbone=dict(type="ResNet", depth=50),
+                     neck=dict(type="FPN", out=256))
         log = dict(interval=10)
         """,
     )
@@ -322,7 +323,8 @@ def test_merge_from_dict(tmp_path: Path) -> None:
         tmp_path / "cfg.py",
         """\
         model = dict(backbone=dict(depth=50, style='pytorch'))
-        data = dict(pipeline=[dict(type='Load'), dict(type='Resize', scale=(1333, 800))], sizes=(dict(a=1), 2))
+        data = dict(pipeline=[dict(type='Load'), dict(type='Resize', scale=(1333, 800))],
+                    sizes=(dict(a=1), 2))
         """,
     )
     cfg = Config.fromfile(path)
@@ -610,7 +612,8 @@ def test_parse_option_value_splits_bare_comma_lists(items: list) -> None:
 def test_numpy_scalars_become_python_scalars_so_configs_dump_and_checkpoint(tmp_path) -> None:
     path = tmp_path / "np_cfg.py"
     path.write_text(
-        "import numpy as np\nscale = np.float64(0.5)\nsteps = [np.int64(3), 4]\nflag = np.bool_(True)\n"
+        "import numpy as np\nscale = np.float64(0.5)\nsteps = [np.int64(3), 4]\nflag = "
+        "np.bool_(True)\n"
     )
     cfg = Config.fromfile(str(path))
     assert type(cfg.scale) is float and type(cfg.steps[0]) is int and type(cfg.flag) is bool

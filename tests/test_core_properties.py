@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mmpar import DataContainer, collate, gather, scatter
-from mmpar.transfer import pack, unpack
+from mmpar.packing import pack, unpack
 
 _SETTINGS = settings(max_examples=80, deadline=None)
 

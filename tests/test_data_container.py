@@ -1,4 +1,4 @@
-"""DataContainer: properties, validation, repr, len and pickling (incl. a real DataLoader worker)."""
+"""DataContainer: properties, validation, repr, len and pickling (a real DataLoader worker too)."""
 
 from __future__ import annotations
 

@@ -211,3 +211,34 @@ def test_cuda_data_parallel_replicates_over_gpus() -> None:
     x = torch.randn(8, 3)
     out = data_parallel(model, x, device_ids=[0, 1], output_device=-1)
     torch.testing.assert_close(out, model(x.cuda(0)).cpu())
+
+
+@pytest.mark.parametrize("device_ids", [["cpu", "cpu"], [-1, -1], ["cpu", -1]])
+def test_repeated_cpu_targets_split_the_batch_as_scatter_does(device_ids: Any) -> None:
+    model = Recorder()
+    wrapped = MMDataParallel(model, device_ids=device_ids)
+    batch = collate(_samples(4), samples_per_gpu=2)  # two chunks, one per target
+    out = wrapped(**batch)
+    assert len(model.seen) == 2  # the module ran once per chunk
+    assert sorted(len(s["img_metas"]) for s in model.seen) == [2, 2]
+    assert out["idx"] == [0, 1, 2, 3]  # gathered in target order
+    assert out["per_image"].shape == (4,)
+    whole = MMDataParallel(Recorder(), device_ids=["cpu"])(
+        **collate(_samples(4), samples_per_gpu=4)
+    )
+    torch.testing.assert_close(out["per_image"], whole["per_image"])
+
+
+def test_repeated_cpu_targets_refuse_train_step_naming_every_target() -> None:
+    wrapped = MMDataParallel(Recorder(), device_ids=["cpu", "cpu"])
+    batch = collate(_samples(4), samples_per_gpu=2)
+    with pytest.raises(
+        ValueError, match=r"train_step: runs on one device, got device_ids=\['cpu', 'cpu'\]"
+    ):
+        wrapped.train_step(batch)
+
+
+def test_one_cpu_target_still_takes_a_batch_of_one_chunk_only() -> None:
+    wrapped = MMDataParallel(Recorder(), device_ids=["cpu"])
+    with pytest.raises(ValueError, match=r"2 chunks but only 1 target"):
+        wrapped(**collate(_samples(4), samples_per_gpu=2))

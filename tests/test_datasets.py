@@ -112,8 +112,10 @@ def test_default_pipelines():
     assert sample["img"].data.dtype == torch.float32 and sample["img"].stack
     meta = sample["img_metas"].data
     assert meta["img_shape"] == tuple(train.img_sizes[0]) + (3,)
-    assert all(s % 32 == 0 for s in meta["pad_shape"][:2])
-    assert tuple(sample["img"].data.shape[1:]) == meta["pad_shape"][:2]
+    # Not padded in the pipeline: collate pads the image into the batch, to pad_shape.
+    h, w = meta["img_shape"][:2]
+    assert meta["pad_shape"] == (-(-h // 32) * 32, -(-w // 32) * 32, 3)
+    assert tuple(sample["img"].data.shape[1:]) == (h, w) and sample["img"].size_divisor == 32
     test = SyntheticShapes(num_samples=4, test_mode=True)
     assert set(test[1]) == {"img_metas", "img"} and test[1]["img_metas"].data["flip"] is False
     assert repr(test) == "SyntheticShapes(4 images, 3 classes, test mode)"

@@ -593,11 +593,12 @@ def test_collect_results_in_group(world_size: int, sizes: List[int]) -> None:
             == f"ValueError: indices: ranks {others} passed none while other ranks passed indices"
         )
         assert seen["missing"] == (
-            f"ValueError: indices: {world_size} of {world_size + 1} dataset indices have no result: "
-            f"{list(range(1, world_size + 1))}"
+            f"ValueError: indices: {world_size} of {world_size + 1} dataset indices have no "
+            f"result: {list(range(1, world_size + 1))}"
         )
         assert seen["short"] == (
-            f"ValueError: results: {world_size} results over {world_size} ranks, fewer than size={world_size + 1}"
+            f"ValueError: results: {world_size} results over {world_size} ranks, fewer than "
+            f"size={world_size + 1}"
         )
         assert seen["still_usable"] == list(range(world_size))
 
@@ -666,7 +667,8 @@ def test_destroy_dist_frees_wrappers_in_cycles_and_leaves_the_group() -> None:
 
 _LAUNCHER = """
 import subprocess, sys, time
-child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+sleeper = [sys.executable, "-c", "import time; time.sleep(120)"]
+child = subprocess.Popen(sleeper, start_new_session=True)
 open(sys.argv[1], "w").write(str(child.pid))
 time.sleep(120)
 """

@@ -192,7 +192,7 @@ def test_survivors_exit_nonzero_within_the_timeout(fault: str) -> None:
 # DataLoader workers (through mmpar.data.build_dataloader), in a subprocess each
 # --------------------------------------------------------------------------- #
 def run_loader(*args: str, timeout: float = 90) -> Tuple[int, str, List[int]]:
-    """Run tests/scripts/fault_loader.py; returns its exit code, output and the samples that arrived."""
+    """Run tests/scripts/fault_loader.py: its exit code, output and the samples that arrived."""
     proc = subprocess.Popen(
         [sys.executable, LOADER_SCRIPT, *args],
         cwd=ROOT,

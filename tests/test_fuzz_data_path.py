@@ -23,7 +23,8 @@ from hypothesis import HealthCheck, event, given, settings
 
 from mmpar.collate import collate
 from mmpar.data_container import DataContainer
-from mmpar.scatter_gather import gather, scatter, scatter_kwargs
+from mmpar.gather import gather
+from mmpar.scatter_gather import scatter, scatter_kwargs
 from tests.strategies import Case, Leaf, cases, leaves
 
 settings.register_profile(
@@ -166,7 +167,8 @@ def _check_stacked(case: Case, keys: List[Any], i: int, got: torch.Tensor, path:
 
 def _expected_plain(leaf: Leaf, original: Any) -> Any:
     if leaf.kind in ("ndarray", "list") and isinstance(original, np.ndarray):
-        # strings stay arrays; numbers become tensors (a copy: the original may be flipped or read-only)
+        # strings stay arrays; numbers become tensors (a copy: the original may be flipped or
+        # read-only)
         return original if original.dtype.kind in "US" else torch.from_numpy(np.array(original))
     if leaf.kind == "number":
         return torch.tensor(

@@ -1,4 +1,4 @@
-"""Processes and GPUs: the one-GPU-per-nccl-process check, gloo on a GPU machine, the pinning default.
+"""Processes and GPUs: one GPU per nccl process, gloo on a GPU machine, the pinning default.
 
 The logic runs on the CPU with a patched device count; ``test_tools.py`` runs the
 same cases end to end with torchrun on a GPU machine.

@@ -11,7 +11,8 @@ import torch
 
 from mmpar.collate import collate
 from mmpar.data_container import DataContainer
-from mmpar.scatter_gather import gather, scatter
+from mmpar.gather import gather
+from mmpar.scatter_gather import scatter
 
 
 def _stacked(dtype: torch.dtype, padding_value: object) -> list:

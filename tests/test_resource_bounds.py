@@ -19,7 +19,8 @@ from torch.utils.data import Dataset
 from mmpar.collate import collate
 from mmpar.data import build_dataloader
 from mmpar.data_container import DataContainer
-from mmpar.scatter_gather import gather, scatter
+from mmpar.gather import gather
+from mmpar.scatter_gather import scatter
 
 _MB = 1 << 20
 
@@ -78,7 +79,8 @@ def test_collate_in_workers_does_not_grow_memory_fds_or_shm() -> None:
     def peak(window: List[Dict[str, float]], key: str) -> float:
         return max(s[key] for s in window)
 
-    # One batch is ~8 x 3 x 96 x 96 x 4 B = 0.9 MB: a per-batch leak would add over 1 GB by the late window.
+    # One batch is ~8 x 3 x 96 x 96 x 4 B = 0.9 MB: a per-batch leak would add over 1 GB by the late
+    # window.
     assert peak(late, "rss") <= 1.5 * peak(early, "rss") + 64 * _MB, (
         peak(early, "rss"),
         peak(late, "rss"),

@@ -1,4 +1,4 @@
-"""scatter and scatter_kwargs on CPU targets (repeated CPU targets exercise every splitting path)."""
+"""scatter and scatter_kwargs on CPU targets (repeated CPU targets take every splitting path)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""pad_stack / padded_shape / empty_shared: shapes, copied content, filled margins, shared memory."""
+"""pad_stack / padded_shape / empty_shared: shapes, content, filled margins, shared memory."""
 
 from __future__ import annotations
 

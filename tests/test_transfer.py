@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from mmpar import DataContainer
-from mmpar.transfer import PACK_LIMIT, pack, pin_memory, to_device_batched, unpack
+from mmpar.packing import pack, unpack
+from mmpar.transfer import PACK_LIMIT, pin_memory, to_device_batched
 
 Pair = namedtuple("Pair", ["a", "b"])
 

@@ -23,7 +23,7 @@ from mmpar.data.transforms import (
     RandomFlip,
     Resize,
 )
-from mmpar.data.transforms.geometric import rescale_size
+from mmpar.data.transforms.resize import rescale_size
 from mmpar.data_container import DataContainer
 from mmpar.registry import TRANSFORMS
 
@@ -416,8 +416,10 @@ def test_default_format_bundle_containers():
         and seg.size_divisor == 32
         and seg.data.shape == (1, 6, 7)
     )
-    # Meta keys that no step set get identity values.
-    assert out["pad_shape"] == (6, 7, 3) and out["flip"] is False and out["flip_direction"] is None
+    # pad_shape is the image's own shape rounded up to size_divisor (mmdet's meaning);
+    # the other meta keys that no step set get identity values.
+    assert out["pad_shape"] == (32, 32, 3)
+    assert out["flip"] is False and out["flip_direction"] is None
     np.testing.assert_array_equal(out["scale_factor"], np.ones(4))
 
 
@@ -425,6 +427,7 @@ def test_default_format_bundle_float_and_errors():
     out = DefaultFormatBundle()(dict(img=np.zeros((2, 3), np.float32), gt_bboxes=[[0, 0, 1, 1]]))
     assert out["img"].data.shape == (1, 2, 3) and out["img"].data.dtype == torch.float32
     assert out["img"].size_divisor is None and out["img"].padding_value == 0
+    assert out["pad_shape"] == out["img_shape"] == (2, 3, 1)  # no size_divisor: no padding
     assert out["gt_bboxes"].data.dtype == torch.float32
     with pytest.raises(ValueError, match="pad_val keys"):
         DefaultFormatBundle(pad_val=dict(image=0))

@@ -117,7 +117,7 @@ def _train(work_dir: Path, config: Path, options: List[str]) -> subprocess.Compl
 @pytest.mark.slow
 def test_train_cfg_options_payloads_are_not_executed(tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
-    options = [f"custom.p{i}={p}" for i, p in enumerate(payloads(marker))]
+    options = [f"+custom.p{i}={p}" for i, p in enumerate(payloads(marker))]
     proc = _train(tmp_path / "work", CONFIG, options)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not marker.exists()

@@ -14,6 +14,9 @@ Usage::
 
 Sections live in ``tools/bench/<name>.py`` and each defines ``run(quick) -> str``
 returning a Markdown section (the figures in ``docs/benchmarks.md`` are its output).
+
+A config that cannot be read or holds bad values ends the run with one line
+``error: ...`` on stderr and exit status 2 (--debug: the full traceback instead).
 """
 
 from __future__ import annotations
@@ -25,8 +28,17 @@ import platform
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import List, Optional
 
 import torch
+
+try:
+    import mmpar  # noqa: F401
+except ImportError:  # a source checkout that is not pip-installed
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from mmpar.runner.cli import add_debug_arg, load_config, user_errors
+from mmpar.runner.config_checks import check_train_config
 
 BENCH_DIR = Path(__file__).resolve().parent / "bench"
 
@@ -43,7 +55,7 @@ def load(name: str) -> ModuleType:
     return module
 
 
-def main(argv: list = None) -> int:
+def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -57,13 +69,19 @@ def main(argv: list = None) -> int:
         metavar="REV",
         help="a git revision to measure side by side with this tree (sections that support it)",
     )
+    add_debug_arg(parser)
     args = parser.parse_args(argv)
+    if args.config:
+        cfg = load_config(args.config, debug=args.debug)
+        with user_errors(args.debug, hint=f"fix it in {args.config}"):
+            check_train_config(cfg, splits=("train",))
     chosen = args.sections or (["train"] if args.config else sections())
     unknown = [s for s in chosen if s not in sections()]
     if unknown:
         parser.error(f"unknown section(s) {unknown}; available: {sections()}")
     print(
-        f"<!-- torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}, "
+        f"<!-- torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"{platform.processor() or platform.machine()}, "
         f"command: python tools/benchmark.py {' '.join(sys.argv[1:])} -->\n"
     )
     for name in chosen:

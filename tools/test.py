@@ -11,7 +11,11 @@ Examples::
 
 Results are collected from every process in dataset order, each image once. The
 metrics are printed and written as JSON: next to ``--out`` (``<out>.metrics.json``)
-or, without ``--out``, to ``<work dir>/eval_<timestamp>.json``.
+or, without ``--out``, to ``<work dir>/eval_<timestamp>.json``, the work dir being
+--work-dir when given, else the checkpoint's folder.
+
+A user error (bad config, option, path or checkpoint) ends the run with one line
+``error: ...`` on stderr and exit status 2 (--debug: the full traceback instead).
 """
 
 from __future__ import annotations
@@ -35,16 +39,17 @@ from mmpar.data import build_dataloader, build_dataset
 from mmpar.dist import destroy_dist, get_dist_info
 from mmpar.models import build_model
 from mmpar.runner.amp import autocast
-from mmpar.runner.checkpoint import load_checkpoint
+from mmpar.runner.checkpoint import load_checkpoint, unwrap_model
 from mmpar.runner.cli import (
     add_cfg_options,
+    add_debug_arg,
     add_launcher_args,
     check_choices,
-    fail,
     load_config,
-    resolve_work_dir,
     start_launcher,
+    user_errors,
 )
+from mmpar.runner.config_checks import check_test_config
 from mmpar.runner.inference import class_rows, eval_samples_per_gpu, evaluate_map, run_inference
 from mmpar.runner.launch import run_device, wrap_model
 from mmpar.runner.optim_step import resolve_precision
@@ -62,7 +67,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("checkpoint", help="checkpoint file (e.g. work_dirs/NAME/latest.pth)")
     parser.add_argument(
         "--work-dir",
-        help="where the metrics JSON goes without --out (default: work_dirs/<config name>)",
+        help="where the metrics JSON goes without --out (default: the checkpoint's folder)",
     )
     parser.add_argument(
         "--out", help="write the per-image detections here (.pkl: pickle, .json: nested lists)"
@@ -82,6 +87,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     add_cfg_options(parser)
     add_launcher_args(parser)
+    add_debug_arg(parser)
     args = parser.parse_args(argv)
     if args.out is None and args.eval is None:
         parser.error("give at least one of --out FILE and --eval")
@@ -105,7 +111,8 @@ def save_results(results: list, path: Path) -> None:
 
 
 def _json_safe(value):
-    """``value`` as strict JSON allows: NaN (the AP of a class without ground truth) is null."""
+    """``value`` as strict JSON allows: NaN (the AP of a class without ground truth)
+    becomes null."""
     if isinstance(value, dict):
         return {k: _json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -121,16 +128,22 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     metrics_wanted = (args.eval or list(METRICS)) if args.eval is not None else []
     check_choices(metrics_wanted, METRICS, "--eval")
-    cfg = load_config(args.config, args.cfg_options)
+    cfg = load_config(args.config, args.cfg_options, args.debug)
     if args.amp:
         cfg["amp"] = cfg.get("amp") or True
-    work_dir = resolve_work_dir(args.work_dir, cfg, args.config)
-    if not Path(args.checkpoint).is_file():
-        fail(f"checkpoint {args.checkpoint!r} not found")
+    hint = f"fix it in {args.config} or with --cfg-options"
+    with user_errors(args.debug, hint=hint):
+        check_test_config(cfg)
+    work_dir = Path(args.work_dir) if args.work_dir else Path(args.checkpoint).parent
+    cfg["work_dir"] = str(work_dir)
+    # Read once, before any process group: a missing or corrupt file is one clear line.
+    with user_errors(args.debug, "checkpoint", "give a checkpoint written by tools/train.py"):
+        checkpoint = load_checkpoint(args.checkpoint)
     distributed = start_launcher(args.launcher, args.local_rank, cfg)
     rank, world_size = get_dist_info()
 
-    dataset = build_dataset(cfg.data.test, test_mode=True)
+    with user_errors(args.debug, "data.test", hint):
+        dataset = build_dataset(cfg.data.test, test_mode=True)
     data_cfg = cfg.data
     pin = None if run_device(distributed).type == "cuda" else False  # None: pinned with CUDA
     loader = build_dataloader(
@@ -142,18 +155,23 @@ def main(argv=None) -> int:
         seed=0,
         pin_memory=pin,
     )
-    model = build_model(cfg.model)
-    load_checkpoint(args.checkpoint, model)
-    try:
-        apply_speed_options(cfg, model, False, logging.getLogger("mmpar"))
-    except TypeError as exc:
-        fail(str(exc))
-    model = wrap_model(model, distributed)
+    with user_errors(args.debug, "model", hint):
+        model = build_model(cfg.model)
+    with user_errors(
+        args.debug,
+        f"checkpoint {args.checkpoint!r}",
+        f"give a checkpoint of the model of {args.config}",
+        errors=(ValueError, RuntimeError),
+    ):
+        if not isinstance(checkpoint.get("state_dict"), dict):
+            raise ValueError(f"has no 'state_dict' (keys: {sorted(checkpoint)})")
+        unwrap_model(model).load_state_dict(checkpoint["state_dict"])
+    del checkpoint
     device = run_device(distributed)
-    try:
+    with user_errors(args.debug, hint=hint, errors=(TypeError, ValueError, RuntimeError)):
         dtype = resolve_precision(cfg, device)
-    except (TypeError, ValueError, RuntimeError) as exc:
-        fail(str(exc))
+        apply_speed_options(cfg, model, False, logging.getLogger("mmpar"))
+    model = wrap_model(model, distributed)
     if dtype is not None and rank == 0:
         print(f"autocast inference in {str(dtype).replace('torch.', '')}", flush=True)
     with autocast(dtype, device):
@@ -178,10 +196,7 @@ def main(argv=None) -> int:
                 target = work_dir / f"eval_{time.strftime('%Y%m%d_%H%M%S')}.json"
             target.parent.mkdir(parents=True, exist_ok=True)
             record = dict(
-                config=args.config,
-                checkpoint=args.checkpoint,
-                num_images=len(results),
-                **metrics,
+                config=args.config, checkpoint=args.checkpoint, num_images=len(results), **metrics
             )
             target.write_text(json.dumps(_json_safe(record), indent=2, allow_nan=False) + "\n")
             print(f"metrics written to {target}", flush=True)

@@ -4,11 +4,17 @@
 Examples::
 
     python tools/train.py configs/tiny_det/tiny_det_synthetic.py
-    python tools/train.py CONFIG --work-dir work_dirs/run1 --seed 0 \
-        --cfg-options runner.max_epochs=2
-    python tools/train.py CONFIG --auto-resume
+    python tools/train.py CONFIG --work-dir work_dirs/run1 --cfg-options runner.max_epochs=2
+    python tools/train.py CONFIG --work-dir work_dirs/run1 --auto-resume
     python tools/train.py CONFIG --amp --compile
+    python tools/train.py CONFIG --cfg-options +my_key=1  # '+' adds a key nothing reads yet
     python -m torch.distributed.run --nproc_per_node=2 tools/train.py CONFIG --launcher pytorch
+
+A user error (bad config, option, path or checkpoint) ends the run with one line
+``error: ...`` on stderr and exit status 2 (--debug: the full traceback instead).
+--auto-resume says what it resumed from, that there was nothing to resume, or
+that the run is already complete (then it exits 0 without training). A fresh run
+into a work dir that holds checkpoints warns that it overwrites them.
 
 Config files are Python and run as code: only use configs you trust.
 """
@@ -36,19 +42,22 @@ from mmpar.dist import destroy_dist, get_dist_info, sync_random_seed
 from mmpar.models import build_model
 from mmpar.runner.accumulate import cumulative_iters
 from mmpar.runner.apis import train_model
-from mmpar.runner.checkpoint import find_latest_checkpoint, load_checkpoint
+from mmpar.runner.checkpoint import load_checkpoint
 from mmpar.runner.cli import (
     add_cfg_options,
+    add_debug_arg,
     add_launcher_args,
-    fail,
     load_config,
     resolve_work_dir,
     start_launcher,
+    user_errors,
 )
 from mmpar.runner.compile import resolve_compile
+from mmpar.runner.config_checks import check_train_config
 from mmpar.runner.launch import run_device, scale_lr
 from mmpar.runner.logger import get_logger
 from mmpar.runner.optim_step import resolve_precision
+from mmpar.runner.resume import ResumePlan, existing_checkpoints, plan_resume
 from mmpar.runner.rng import DETERMINISTIC_CUBLAS, set_random_seed
 from mmpar.runner.speed import check_flag
 
@@ -101,27 +110,26 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     add_cfg_options(parser)
     add_launcher_args(parser)
+    add_debug_arg(parser)
     return parser.parse_args(argv)
 
 
-def _resolve_resume(args: argparse.Namespace, cfg, work_dir: Path) -> Optional[dict]:
-    """Set ``cfg.resume_from``; return the checkpoint's meta (read once, up front,
-    so that a missing or corrupt checkpoint is a clear error before any work)."""
-    if args.resume_from:
-        cfg["resume_from"] = args.resume_from
-    elif args.auto_resume:
-        latest = find_latest_checkpoint(work_dir)
-        cfg["resume_from"] = str(latest) if latest is not None else None
-    resume = cfg.get("resume_from")
-    if not resume:
-        return None
-    try:
-        return load_checkpoint(resume).get("meta", {})
-    except (FileNotFoundError, ValueError) as exc:
-        fail(f"--resume-from: {exc}")
+def _resolve_resume(args: argparse.Namespace, cfg, work_dir: Path) -> ResumePlan:
+    """Set ``cfg.resume_from``. The checkpoint to resume (or ``load_from``) is read
+    up front, so that a missing or corrupt one is a clear error before any work."""
+    resume_from = args.resume_from or cfg.get("resume_from")
+    option = "--resume-from" if args.resume_from else "resume_from"
+    with user_errors(args.debug, option, "give an existing checkpoint written by tools/train.py"):
+        plan = plan_resume(resume_from, args.auto_resume, work_dir, cfg.runner["max_epochs"])
+    cfg["resume_from"] = plan.checkpoint
+    if cfg.get("load_from") and not plan.checkpoint:
+        with user_errors(args.debug, "load_from", "give an existing checkpoint"):
+            load_checkpoint(cfg.load_from)
+    return plan
 
 
 def _resolve_seed(args: argparse.Namespace, cfg, resume_meta: Optional[dict]) -> int:
+    """``--seed``, else the config's, else the resumed checkpoint's, else a random one."""
     seed = args.seed if args.seed is not None else cfg.get("seed")
     if seed is None and resume_meta:
         seed = resume_meta.get("seed")
@@ -130,34 +138,44 @@ def _resolve_seed(args: argparse.Namespace, cfg, resume_meta: Optional[dict]) ->
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    cfg = load_config(args.config, args.cfg_options)
+    cfg = load_config(args.config, args.cfg_options, args.debug)
     if args.amp:
         cfg["amp"] = cfg.get("amp") or True
     if args.compile:
         cfg["compile"] = cfg.get("compile") or True
+    with user_errors(args.debug, hint=f"fix it in {args.config} or with --cfg-options"):
+        check_train_config(cfg, ("train",) if args.no_validate else ("train", "val"))
     work_dir = resolve_work_dir(args.work_dir, cfg, args.config)
-    resume_meta = _resolve_resume(args, cfg, work_dir)
+    plan = _resolve_resume(args, cfg, work_dir)
     if args.deterministic or cfg.get("deterministic"):
         # Read by cuBLAS when CUDA starts: before the launcher picks this process's GPU.
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", DETERMINISTIC_CUBLAS)
     distributed = start_launcher(args.launcher, args.local_rank, cfg)
     rank, world_size = get_dist_info()
+    overwritten = [] if plan.checkpoint else existing_checkpoints(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
     timestamp = time.strftime("%Y%m%d_%H%M%S")
     logger = get_logger("mmpar", work_dir / f"{timestamp}.log", rank=rank)
+    if plan.message:
+        logger.info(plan.message)
+    if plan.complete:
+        destroy_dist()
+        return 0
+    if overwritten:
+        logger.warning(
+            f"work dir {work_dir} already holds checkpoints ({', '.join(overwritten)}): this fresh "
+            "run overwrites them; use --auto-resume to continue that run, or another --work-dir"
+        )
     if args.auto_scale_lr:
-        try:
+        with user_errors(args.debug, errors=(TypeError, ValueError)):
+            # An optimizer step sees cumulative_iters batches of every process.
+            accumulate = cumulative_iters(cfg.get("optimizer_config"))
             scale_lr(
                 cfg.optimizer,
                 cfg.get("auto_scale_lr"),
-                # An optimizer step sees cumulative_iters batches of every process.
-                cfg.data.samples_per_gpu
-                * world_size
-                * cumulative_iters(cfg.get("optimizer_config")),
+                cfg.data.samples_per_gpu * world_size * accumulate,
                 logger,
             )
-        except (TypeError, ValueError) as exc:
-            fail(str(exc))
     logger.info(
         f"python {platform.python_version()}, torch {torch.__version__}, numpy {np.__version__}, "
         f"CUDA {'available' if torch.cuda.is_available() else 'not available'}, "
@@ -165,20 +183,19 @@ def main(argv=None) -> int:
     )
     device = run_device(distributed)
     if device.type == "cpu" and torch.cuda.is_available():
+        backend = torch.distributed.get_backend()
         logger.info(
-            "training on the CPU although CUDA is available: the "
-            f"{torch.distributed.get_backend()} backend runs on the CPU (nccl would use the GPUs)"
+            f"training on the CPU although CUDA is available: the {backend} "
+            "backend runs on the CPU (nccl would use the GPUs)"
         )
     else:
         logger.info(f"training on {device}")
-    try:
+    with user_errors(args.debug, errors=(TypeError, ValueError, RuntimeError)):
         resolve_precision(cfg, device)
         resolve_compile(cfg.get("compile"))
         for key in ("cudnn_benchmark", "channels_last"):
             check_flag(cfg, key)
-    except (TypeError, ValueError, RuntimeError) as exc:
-        fail(str(exc))
-    seed = _resolve_seed(args, cfg, resume_meta)
+    seed = _resolve_seed(args, cfg, plan.meta)
     deterministic = bool(args.deterministic or cfg.get("deterministic"))
     cfg["seed"], cfg["deterministic"] = seed, deterministic
     # Each rank draws its own augmentations in the main process (DataLoader workers
@@ -186,13 +203,16 @@ def main(argv=None) -> int:
     # rank 0's initial weights.
     set_random_seed(seed + rank, deterministic)
     logger.info(f"seed {seed} (+ rank in each process), deterministic {deterministic}")
+    hint = f"fix it in {args.config} or with --cfg-options"
+    with user_errors(args.debug, "model", hint):
+        model = build_model(cfg.model)
+    with user_errors(args.debug, "data.train", hint):
+        dataset = build_dataset(cfg.data.train)
+    with user_errors(args.debug, "data.val", hint + " (or pass --no-validate)"):
+        val_dataset = None if args.no_validate else build_dataset(cfg.data.val, test_mode=True)
     logger.info(f"config {args.config}:\n{cfg.pretty_text}")
     if rank == 0:
         cfg.dump(work_dir / f"{Path(args.config).stem}.py")
-
-    model = build_model(cfg.model)
-    dataset = build_dataset(cfg.data.train)
-    val_dataset = None if args.no_validate else build_dataset(cfg.data.val, test_mode=True)
     logger.info(
         f"model {type(model).__name__}: {sum(p.numel() for p in model.parameters())} parameters; "
         f"train {dataset!r}; val {val_dataset!r}"

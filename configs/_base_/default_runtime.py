@@ -1,7 +1,10 @@
 # What every run shares: checkpoints, logging, evaluation, seeding, resuming.
-checkpoint_config = dict(interval=1)  # epoch_N.pth every N epochs (and after the last); latest.pth -> newest
-log_config = dict(interval=4)  # a log line (and a JSON record) every 4 iterations and at each epoch end
-evaluation = dict(interval=0, before_train=True, metric="mAP")  # interval 0: evaluate at the end only
+# epoch_N.pth every N epochs (and after the last); latest.pth -> newest
+checkpoint_config = dict(interval=1)
+# a log line (and a JSON record) every 4 iterations and at each epoch end
+log_config = dict(interval=4)
+# interval 0: evaluate at the end only
+evaluation = dict(interval=0, before_train=True, metric="mAP")
 # backend None: nccl with CUDA, gloo without. timeout: seconds a collective waits
 # for a peer before the run fails (a hung or dead rank is reported, not waited on).
 dist_params = dict(backend=None, timeout=600)

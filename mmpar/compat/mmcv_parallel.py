@@ -50,7 +50,8 @@ def assert_tensor_type(method: Callable[..., Any]) -> Callable[..., Any]:
     def checked(self: Any, *args: Any, **kwargs: Any) -> Any:
         if not isinstance(self.data, torch.Tensor):
             raise AttributeError(
-                f"{type(self).__name__} has no attribute {method.__name__} for type {type(self.data).__name__}"
+                f"{type(self).__name__} has no attribute {method.__name__} for type "
+                f"{type(self.data).__name__}"
             )
         return method(self, *args, **kwargs)
 

@@ -1,9 +1,11 @@
-"""Run a script with mmcv.parallel pointing at mmpar: ``python -m mmpar.compat.run SCRIPT [ARGS...]``.
+"""Run a script with mmcv.parallel pointing at mmpar: ``python -m mmpar.compat.run SCRIPT ...``.
 
 It behaves like ``python SCRIPT ARGS...`` after :func:`mmpar.compat.patch_mmcv`:
 ``sys.argv`` is ``[SCRIPT, ARGS...]``, the script's folder comes first on
 ``sys.path``, it runs as ``__main__`` and its exit status passes through. Under
-torchrun: ``torchrun --nproc_per_node=2 -m mmpar.compat.run tools/train.py CONFIG --launcher pytorch``.
+torchrun::
+
+    torchrun --nproc_per_node=2 -m mmpar.compat.run tools/train.py CONFIG --launcher pytorch
 """
 
 from __future__ import annotations

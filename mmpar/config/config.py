@@ -234,7 +234,8 @@ class Config:
         """
         if not isinstance(options, Mapping):
             raise TypeError(
-                f"options: expected a mapping of dotted keys to values, got {type(options).__name__}"
+                "options: expected a mapping of dotted keys to values, got "
+                f"{type(options).__name__}"
             )
         updated = copy.deepcopy(self._cfg_dict)
         for key, value in options.items():

@@ -210,8 +210,8 @@ def _set(
         )
         return items if isinstance(node, list) else tuple(items)
     raise ValueError(
-        f"{key!r}: cannot set a key inside {where!r}, which holds a {type(node).__name__} ({node!r}), "
-        f"not a dict or list"
+        f"{key!r}: cannot set a key inside {where!r}, which holds a {type(node).__name__} "
+        f"({node!r}), not a dict or list"
     )
 
 

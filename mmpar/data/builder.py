@@ -26,7 +26,7 @@ from mmpar.data.samplers import (
 from mmpar.data.worker_seeds import EpochCounter, seed_worker
 from mmpar.dist import get_dist_info, sync_random_seed
 from mmpar.registry import DATASETS, check_build_cfg
-from mmpar.utils.checks import check_positive_int
+from mmpar.utils.checks import check_positive_int, is_int
 
 __all__ = ["build_dataloader", "build_dataset"]
 
@@ -68,21 +68,22 @@ def _check_arguments(
     workers_per_gpu: Any, runner_type: Any, class_aware_sampler: Any, kwargs: Dict[str, Any]
 ) -> None:
     """Refuse what build_dataloader cannot take; see its ``Raises`` section."""
-    if isinstance(workers_per_gpu, bool) or not isinstance(workers_per_gpu, int):
+    if not is_int(workers_per_gpu):
         raise TypeError(
-            f"build_dataloader: workers_per_gpu must be an int, got {type(workers_per_gpu).__name__}"
+            "build_dataloader: workers_per_gpu must be an int, got "
+            f"{type(workers_per_gpu).__name__}"
         )
     if workers_per_gpu < 0:
         raise ValueError(f"build_dataloader: workers_per_gpu must be >= 0, got {workers_per_gpu}")
     if not isinstance(runner_type, str):
         raise TypeError(
-            "build_dataloader: runner_type must be a runner name (str) such as 'EpochBasedRunner' or "
-            f"'IterBasedRunner', got {type(runner_type).__name__} {runner_type!r}"
+            "build_dataloader: runner_type must be a runner name (str) such as 'EpochBasedRunner' "
+            f"or 'IterBasedRunner', got {type(runner_type).__name__} {runner_type!r}"
         )
     if class_aware_sampler is not None:
         raise ValueError(
-            "build_dataloader: class_aware_sampler is not supported (mmpar has no ClassAwareSampler); "
-            f"expected None, got {class_aware_sampler!r}"
+            "build_dataloader: class_aware_sampler is not supported (mmpar has no "
+            f"ClassAwareSampler); expected None, got {class_aware_sampler!r}"
         )
     reserved = [k for k in _RESERVED if k in kwargs]
     if reserved:
@@ -94,8 +95,8 @@ def _check_arguments(
     if unknown:
         raise TypeError(
             f"build_dataloader: unexpected keyword argument(s) {', '.join(map(repr, unknown))}: "
-            "expected mmdet's build_dataloader arguments, mmpar's (drop_last, pin_memory, size_aware) "
-            "or DataLoader arguments"
+            "expected mmdet's build_dataloader arguments, mmpar's (drop_last, pin_memory, "
+            "size_aware) or DataLoader arguments"
         )
 
 
@@ -203,8 +204,8 @@ def build_dataloader(
     num_workers = workers_per_gpu * gpus
     if persistent_workers and num_workers == 0:
         warnings.warn(
-            "build_dataloader: persistent_workers=True needs worker processes, but workers_per_gpu=0; "
-            "turning persistent_workers off",
+            "build_dataloader: persistent_workers=True needs worker processes, but "
+            "workers_per_gpu=0; turning persistent_workers off",
             UserWarning,
             stacklevel=2,
         )
@@ -218,7 +219,8 @@ def build_dataloader(
         )
     elif size_aware and getattr(dataset, "img_sizes", None) is None:
         warnings.warn(
-            "build_dataloader: size_aware=True but the dataset has no img_sizes; grouping by flag only",
+            "build_dataloader: size_aware=True but the dataset has no img_sizes; grouping by flag "
+            "only",
             UserWarning,
             stacklevel=2,
         )

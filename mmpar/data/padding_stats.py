@@ -137,7 +137,8 @@ def _counts_from_tensors(img: DataContainer, img_metas: Any) -> PaddingStats:
         n, height, width = tensor.shape[0], tensor.shape[-2], tensor.shape[-1]
         if len(chunk_metas) != n:
             raise ValueError(
-                f"padding_counts: img chunk {c} holds {n} images but img_metas[{c}] has {len(chunk_metas)}"
+                f"padding_counts: img chunk {c} holds {n} images but img_metas[{c}] has "
+                f"{len(chunk_metas)}"
             )
         for i, meta in enumerate(chunk_metas):
             shape = meta.get("img_shape") if isinstance(meta, Mapping) else None
@@ -146,8 +147,8 @@ def _counts_from_tensors(img: DataContainer, img_metas: Any) -> PaddingStats:
             h, w = int(shape[0]), int(shape[1])
             if not (0 < h <= height and 0 < w <= width):
                 raise ValueError(
-                    f"padding_counts: img_metas[{c}][{i}]['img_shape'] = {tuple(shape)} does not fit "
-                    f"the padded chunk of (H, W) = ({height}, {width})"
+                    f"padding_counts: img_metas[{c}][{i}]['img_shape'] = {tuple(shape)} does not "
+                    f"fit the padded chunk of (H, W) = ({height}, {width})"
                 )
             padded += height * width - h * w
         total += n * height * width

@@ -3,6 +3,7 @@ query it, share values and bring per-rank results together in dataset order.
 
 mmpar has no cluster layer of its own: everything here is ``torch.distributed``.
 """
+
 from mmpar.dist.init import LAUNCHERS, check_gpu_per_process, init_dist
 from mmpar.dist.results import all_gather_object_list, collect_results
 from mmpar.dist.slurm import expand_slurm_nodelist, slurm_first_host

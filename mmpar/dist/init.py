@@ -3,6 +3,7 @@
 One GPU per process is checked before nccl is touched; SLURM node lists are
 parsed in :mod:`mmpar.dist.slurm`.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -13,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from mmpar.dist.slurm import slurm_first_host
-from mmpar.utils.checks import is_int
+from mmpar.utils.checks import is_int, is_number
 
 __all__ = ["LAUNCHERS", "check_gpu_per_process", "init_dist"]
 
@@ -23,6 +24,7 @@ LAUNCHERS: Tuple[str, ...] = ("pytorch", "slurm", "mpi")
 _DEFAULT_TIMEOUT = datetime.timedelta(seconds=1800)
 _DEFAULT_ADDR = "127.0.0.1"
 _DEFAULT_PORT = 29500
+
 
 # --------------------------------------------------------------------------- #
 # Starting a process group
@@ -87,13 +89,17 @@ def init_dist(
             "init_dist: a default process group already exists "
             f"(rank {dist.get_rank()} of {dist.get_world_size()}); destroy it first"
         )
-    clashes = sorted(set(kwargs) & {"backend", "init_method", "rank", "store", "timeout", "world_size"})
+    clashes = sorted(
+        set(kwargs) & {"backend", "init_method", "rank", "store", "timeout", "world_size"}
+    )
     if clashes:
         raise ValueError(f"kwargs: {clashes} are set by init_dist itself and cannot be passed")
     port = kwargs.pop("port", None)
     if launcher == "pytorch":
         if port is not None:
-            raise ValueError("port: only for the 'slurm' and 'mpi' launchers; torchrun sets MASTER_PORT")
+            raise ValueError(
+                "port: only for the 'slurm' and 'mpi' launchers; torchrun sets MASTER_PORT"
+            )
         rank, world_size, local_rank = _torchrun_env(os.environ)
     else:
         read = _slurm_env if launcher == "slurm" else _mpi_env
@@ -147,10 +153,11 @@ def check_gpu_per_process(
     if processes <= device_count:
         return
     raise ValueError(
-        f"init_dist: {processes} processes on this node but {device_count} visible GPU(s): with the nccl "
-        f"backend every process needs a GPU of its own, and local rank {local_rank} would share "
-        f"cuda:{local_rank % device_count}. Start at most {device_count} process(es) per node "
-        f"(torchrun --nproc_per_node={device_count}, or tools/dist_train.sh CONFIG {device_count}), "
+        f"init_dist: {processes} processes on this node but {device_count} visible GPU(s): with "
+        f"the nccl backend every process needs a GPU of its own, and local rank {local_rank} would "
+        f"share cuda:{local_rank % device_count}. Start at most {device_count} process(es) "
+        f"per node (torchrun --nproc_per_node={device_count}, or tools/dist_train.sh CONFIG "
+        f"{device_count}), "
         "or use the gloo backend, which runs on the CPU "
         "(init_dist(..., backend='gloo'); in the tools --cfg-options dist_params.backend=gloo)"
     )
@@ -175,10 +182,12 @@ def _as_timedelta(timeout: Union[float, datetime.timedelta]) -> datetime.timedel
     """Check ``timeout`` and return it as a positive timedelta."""
     if isinstance(timeout, datetime.timedelta):
         value = timeout
-    elif isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
+    elif is_number(timeout):
         value = datetime.timedelta(seconds=float(timeout))
     else:
-        raise TypeError(f"timeout: expected seconds (int/float) or a timedelta, got {type(timeout).__name__}")
+        raise TypeError(
+            f"timeout: expected seconds (int/float) or a timedelta, got {type(timeout).__name__}"
+        )
     if value.total_seconds() <= 0:
         raise ValueError(f"timeout: expected a positive duration, got {timeout!r}")
     return value
@@ -200,9 +209,13 @@ def _env_int(env: Mapping[str, str], name: str, minimum: int = 0) -> int:
     try:
         value = int(env[name])
     except ValueError:
-        raise ValueError(f"environment variable {name}: expected an integer, got {env[name]!r}") from None
+        raise ValueError(
+            f"environment variable {name}: expected an integer, got {env[name]!r}"
+        ) from None
     if value < minimum:
-        raise ValueError(f"environment variable {name}: expected an integer >= {minimum}, got {value}")
+        raise ValueError(
+            f"environment variable {name}: expected an integer >= {minimum}, got {value}"
+        )
     return value
 
 
@@ -246,7 +259,7 @@ def _mpi_env(env: Mapping[str, str]) -> Tuple[int, int, int, str]:
 def _master_port(port: Any, env: Mapping[str, str]) -> int:
     """The ``port`` keyword, else ``MASTER_PORT``, else the default."""
     if port is not None:
-        if isinstance(port, bool) or not isinstance(port, (int, str)):
+        if not (is_int(port) or isinstance(port, str)):
             raise TypeError(f"port: expected an int, got {type(port).__name__}")
         try:
             value = int(port)
@@ -263,7 +276,3 @@ def _check_port(port: int, name: str) -> int:
     if not 0 < port < 65536:
         raise ValueError(f"{name}: expected a TCP port in 1..65535, got {port}")
     return port
-
-
-
-

@@ -1,4 +1,5 @@
 """Bring every rank's per-sample results together, in dataset order."""
+
 from __future__ import annotations
 
 from typing import Any, List, Optional, Sequence, Tuple
@@ -6,6 +7,9 @@ from typing import Any, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 import torch.distributed as dist
+
+from mmpar.dist.utils import is_distributed
+from mmpar.utils.checks import is_int
 
 __all__ = ["all_gather_object_list", "collect_results"]
 
@@ -19,7 +23,7 @@ def all_gather_object_list(obj: Any) -> List[Any]:
     Returns:
         ``[obj of rank 0, obj of rank 1, ...]``; ``[obj]`` without a group.
     """
-    if not (dist.is_available() and dist.is_initialized()):
+    if not is_distributed():
         return [obj]
     gathered: List[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, obj)
@@ -81,8 +85,10 @@ def _check_collect_args(
 ) -> Tuple[List[Any], Optional[List[int]]]:
     """Validate :func:`collect_results` arguments; return them as lists."""
     if isinstance(results, (str, bytes)) or not isinstance(results, Sequence):
-        raise TypeError(f"results: expected a list of per-sample results, got {type(results).__name__}")
-    if isinstance(size, bool) or not isinstance(size, (int, np.integer)):
+        raise TypeError(
+            f"results: expected a list of per-sample results, got {type(results).__name__}"
+        )
+    if not is_int(size):
         raise TypeError(f"size: expected an int, got {type(size).__name__}")
     if size < 0:
         raise ValueError(f"size: expected a dataset length >= 0, got {size}")
@@ -98,7 +104,7 @@ def _check_collect_args(
         )
     checked: List[int] = []
     for index in indices:
-        if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
+        if not is_int(index):
             raise TypeError(f"indices: expected ints, found {type(index).__name__} {index!r}")
         if not 0 <= index < size:
             raise ValueError(f"indices: index {int(index)} is outside range(size={size})")

@@ -1,4 +1,5 @@
 """SLURM node lists: ``node[01-03,07],gpu2`` to host names, without calling ``scontrol``."""
+
 from __future__ import annotations
 
 import re

@@ -3,6 +3,7 @@
 Everything here also works without a process group, as a world of one process
 (rank 0 of 1), so the same code runs in single-process tests and tools.
 """
+
 from __future__ import annotations
 
 import functools
@@ -41,7 +42,7 @@ def is_distributed() -> bool:
 # --------------------------------------------------------------------------- #
 def get_dist_info() -> Tuple[int, int]:
     """Return ``(rank, world_size)``; ``(0, 1)`` without a process group."""
-    if dist.is_available() and dist.is_initialized():
+    if is_distributed():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
 
@@ -68,7 +69,7 @@ def master_only(func: F) -> F:
 
 def barrier() -> None:
     """Wait for every rank; a no-op without a process group."""
-    if dist.is_available() and dist.is_initialized():
+    if is_distributed():
         dist.barrier()
 
 
@@ -81,7 +82,7 @@ def destroy_dist() -> None:
     ("terminate called without an active exception"): so collect garbage, wait
     for every rank, then destroy the group.
     """
-    if not (dist.is_available() and dist.is_initialized()):
+    if not is_distributed():
         return
     gc.collect()
     dist.barrier()
@@ -118,15 +119,17 @@ def sync_random_seed(seed: Optional[int] = None) -> int:
         ValueError: ``seed`` does not fit into 64 bits.
     """
     if seed is not None:
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        if not is_int(seed):
             raise TypeError(f"seed: expected an int or None, got {type(seed).__name__}")
         seed = int(seed)
         if not -_INT64_MAX - 1 <= seed <= _INT64_MAX:
             raise ValueError(f"seed: expected a 64-bit integer, got {seed}")
     else:
         seed = int(np.random.randint(2**31))
-    if not (dist.is_available() and dist.is_initialized()):
+    if not is_distributed():
         return seed
-    value = torch.tensor(seed if dist.get_rank() == 0 else 0, dtype=torch.int64, device=collective_device())
+    value = torch.tensor(
+        seed if dist.get_rank() == 0 else 0, dtype=torch.int64, device=collective_device()
+    )
     dist.broadcast(value, src=0)
     return int(value.item())

@@ -63,17 +63,19 @@ def average_precision(recall: np.ndarray, precision: np.ndarray) -> float:
 def _check_inputs(det_results: Sequence[Any], annotations: Sequence[Mapping[str, Any]]) -> int:
     if not isinstance(det_results, Sequence) or not isinstance(annotations, Sequence):
         raise TypeError(
-            f"eval_map: det_results and annotations must be lists, got {type(det_results).__name__} "
-            f"and {type(annotations).__name__}"
+            "eval_map: det_results and annotations must be lists, got "
+            f"{type(det_results).__name__} and {type(annotations).__name__}"
         )
     if len(det_results) != len(annotations):
         raise ValueError(
-            f"eval_map: {len(det_results)} det_results for {len(annotations)} annotations (one per image)"
+            f"eval_map: {len(det_results)} det_results for {len(annotations)} annotations (one "
+            "per image)"
         )
     num_classes = {len(per_image) for per_image in det_results}
     if len(num_classes) > 1:
         raise ValueError(
-            f"eval_map: det_results hold different numbers of classes per image: {sorted(num_classes)}"
+            "eval_map: det_results hold different numbers of classes per image: "
+            f"{sorted(num_classes)}"
         )
     count = num_classes.pop() if num_classes else 0
     for i, ann in enumerate(annotations):
@@ -86,13 +88,14 @@ def _check_inputs(det_results: Sequence[Any], annotations: Sequence[Mapping[str,
         if bad.size and det_results:
             # A ground truth no class can match would silently drop out of the recall.
             raise ValueError(
-                f"annotations[{i}]: labels {sorted(set(bad.tolist()))} outside the {count} classes of det_results"
+                f"annotations[{i}]: labels {sorted(set(bad.tolist()))} outside the {count} "
+                "classes of det_results"
             )
     return count
 
 
 def _dets_of_class(det_results: Sequence[Any], c: int) -> Tuple[np.ndarray, np.ndarray]:
-    """Detections of class ``c`` over all images ranked by score: ``(boxes (D, 5), image ids (D,))``."""
+    """Detections of class ``c`` over all images by score: ``(boxes (D, 5), image ids (D,))``."""
     boxes, owners = [], []
     for i, per_image in enumerate(det_results):
         dets = np.asarray(per_image[c], np.float64).reshape(-1, 5)

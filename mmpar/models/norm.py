@@ -5,8 +5,9 @@ from __future__ import annotations
 import warnings
 from typing import Any, Mapping, Optional
 
-import torch.distributed as dist
 from torch import nn
+
+from mmpar.dist import is_distributed
 
 __all__ = ["build_norm", "revert_sync_batchnorm", "has_sync_batchnorm"]
 
@@ -62,9 +63,7 @@ def revert_sync_batchnorm(module: nn.Module, reason: str = "") -> nn.Module:
     """
     if not has_sync_batchnorm(module):
         return module
-    why = reason or (
-        "no process group" if not (dist.is_available() and dist.is_initialized()) else "CPU run"
-    )
+    why = reason or ("no process group" if not is_distributed() else "CPU run")
     warnings.warn(
         f"SyncBatchNorm layers converted to BatchNorm2d ({why}); statistics are per process",
         UserWarning,

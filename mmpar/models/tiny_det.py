@@ -13,6 +13,7 @@ from torch import nn
 from mmpar.models.center_head import decode, focal_loss, make_targets, regression_losses, valid_mask
 from mmpar.models.norm import build_norm
 from mmpar.registry import MODELS
+from mmpar.utils.checks import is_int
 
 __all__ = ["TinyDet", "parse_losses"]
 
@@ -95,7 +96,7 @@ class TinyDet(nn.Module):
             ("width", width),
             ("max_per_img", max_per_img),
         ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not is_int(value) or value < 1:
                 raise ValueError(f"TinyDet: {name} must be an int >= 1, got {value!r}")
         self.num_classes = num_classes
         unknown = sorted(set(loss_weights) - {"heatmap", "size", "offset"})

@@ -69,7 +69,8 @@ class Registry:
                 )
             if scope in parent._children:
                 raise ValueError(
-                    f"Registry {name!r}: parent registry {parent.name!r} already has a child with scope {scope!r}"
+                    f"Registry {name!r}: parent registry {parent.name!r} already has a child with "
+                    f"scope {scope!r}"
                 )
         self._name = name
         self._scope = scope
@@ -166,7 +167,8 @@ class Registry:
     def _register(self, module: Any, names: Optional[List[str]], force: bool) -> None:
         if not (isinstance(module, type) or callable(module)):
             raise TypeError(
-                f"register_module: module must be a class or callable, got {type(module).__name__} {module!r}"
+                "register_module: module must be a class or callable, got "
+                f"{type(module).__name__} {module!r}"
             )
         if names is None:
             names = [getattr(module, "__name__", None) or type(module).__name__]
@@ -233,7 +235,8 @@ class Registry:
             target = self._find_scope(scope) or self._root()._find_scope(scope)
             if target is None:
                 raise KeyError(
-                    f"{key!r}: no registry with scope {scope!r} in the tree of registry {self._name!r}"
+                    f"{key!r}: no registry with scope {scope!r} in the tree of registry "
+                    f"{self._name!r}"
                 )
         try:
             return target._lookup(name)

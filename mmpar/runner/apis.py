@@ -24,6 +24,7 @@ from mmpar.runner.checkpoint import (
     update_latest,
 )
 from mmpar.runner.compile import CompileMonitor, compile_model, resolve_compile
+from mmpar.runner.config_checks import check_train_config
 from mmpar.runner.inference import (
     class_rows,
     eval_samples_per_gpu,
@@ -39,6 +40,7 @@ from mmpar.runner.optim_step import OptimizerStepper, build_stepper, describe
 from mmpar.runner.rng import get_rng_state, set_rng_state
 from mmpar.runner.speed import apply_speed_options
 from mmpar.runner.train_loop import TrainState, train_one_epoch
+from mmpar.version import __version__
 
 __all__ = ["train_model", "single_gpu_test", "multi_gpu_test", "evaluate"]
 
@@ -69,8 +71,6 @@ def _log_eval(
 
 
 def _meta(cfg: Any, state: TrainState, seed: Optional[int]) -> Dict[str, Any]:
-    import mmpar
-
     try:
         text = cfg.pretty_text
     except (TypeError, ValueError):
@@ -81,7 +81,7 @@ def _meta(cfg: Any, state: TrainState, seed: Optional[int]) -> Dict[str, Any]:
         seed=seed,
         config=text,
         config_dict=cfg.to_dict(),
-        mmpar_version=mmpar.__version__,
+        mmpar_version=__version__,
         torch_version=str(torch.__version__),
         time=time.strftime("%Y%m%d_%H%M%S"),
         world_size=get_dist_info()[1],
@@ -132,10 +132,13 @@ def train_model(
         metrics being ``dict(mAP=..., per_class=[...])``.
 
     Raises:
-        ValueError: ``validate`` without ``val_dataset``, or a bad ``lr_config``.
+        ValueError: ``validate`` without ``val_dataset``, a missing key or a value
+            out of range (see :func:`mmpar.runner.config_checks.check_train_config`).
+        TypeError: a config value of the wrong type.
     """
     if validate and val_dataset is None:
         raise ValueError("train_model: validate=True needs a val_dataset")
+    check_train_config(cfg, splits=())  # the datasets come built
     logger = logger or logging.getLogger("mmpar")
     rank, _ = get_dist_info()
     work_dir = Path(cfg.work_dir)
@@ -147,8 +150,8 @@ def train_model(
     )
     seed = cfg.get("seed")
     data_cfg = cfg.data
-    # Pinned batches on a GPU (build_dataloader's default with CUDA), none for a CPU run on a
-    # GPU machine (gloo).
+    # Pinned batches on a GPU (build_dataloader's default with CUDA), none for a CPU
+    # run on a GPU machine (gloo).
     device = run_device(distributed)
     pin = None if device.type == "cuda" else False
     loader = build_dataloader(
@@ -217,11 +220,6 @@ def train_model(
     ckpt_interval = int(_get(_get(cfg, "checkpoint_config", {}), "interval", 1))
     eval_interval = int(_get(eval_cfg, "interval", 0))
     log_interval = int(_get(_get(cfg, "log_config", {}), "interval", 10))
-    if log_interval < 1:
-        raise ValueError(
-            "log_config.interval: expected an int >= 1 (iterations between log lines), "
-            f"got {log_interval}"
-        )
     logger.info(
         f"start training: epochs {state.epoch + 1}..{state.max_epochs}, "
         f"{state.iters_per_epoch} iterations each, work_dir {work_dir}"

@@ -1,34 +1,103 @@
-"""What tools/train.py and tools/test.py share: reading the config, the launcher, the work dir."""
+"""What the tools share: reading the config, the launcher, the work dir, and one way to fail.
+
+A user error (a bad config, option, path or checkpoint) ends a tool with one line
+on stderr, ``error: ...``, and exit status 2; ``--debug`` shows the traceback
+instead. Anything else is a bug and keeps its traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from pathlib import Path
-from typing import Any, Mapping, NoReturn, Optional, Sequence
+from typing import Any, Iterator, Mapping, NoReturn, Optional, Sequence, Tuple, Type
+
+import torch.distributed as dist
 
 from mmpar.config import Config, DictAction
-from mmpar.dist import LAUNCHERS, init_dist
+from mmpar.config.option_keys import ADD_PREFIX, check_option_keys, split_added
+from mmpar.dist import LAUNCHERS, init_dist, is_distributed
+from mmpar.runner.tool_keys import TOOL_KEYS, registered_type_accepts
 
 __all__ = [
+    "USER_ERRORS",
+    "add_debug_arg",
     "add_launcher_args",
     "add_cfg_options",
+    "check_choices",
+    "error_text",
+    "fail",
     "load_config",
     "start_launcher",
     "resolve_work_dir",
-    "fail",
+    "user_errors",
 ]
+
+#: Exceptions that the code the tools call raises for bad input, not for bugs.
+USER_ERRORS: Tuple[Type[BaseException], ...] = (OSError, ValueError, TypeError, KeyError)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
-    """Print ``error: message`` to stderr and exit with ``code``."""
-    print(f"error: {message}", file=sys.stderr, flush=True)
+    """Print ``error: message`` (on one line) to stderr and exit with ``code``.
+
+    In a process group, this process leaves the group first, without waiting for
+    the others (which may be failing the same way), so that no rank hangs on it.
+    """
+    print(f"error: {' '.join(message.split())}", file=sys.stderr, flush=True)
+    if is_distributed():
+        try:
+            dist.destroy_process_group()
+        except Exception:  # leaving is best effort: the exit below matters
+            pass
     raise SystemExit(code)
 
 
+def error_text(exc: BaseException) -> str:
+    """The message of ``exc`` (a KeyError's without the quotes ``str`` adds)."""
+    if isinstance(exc, KeyError) and len(exc.args) == 1:
+        return str(exc.args[0])
+    return str(exc) or type(exc).__name__
+
+
+@contextlib.contextmanager
+def user_errors(
+    debug: bool,
+    prefix: str = "",
+    hint: str = "",
+    errors: Tuple[Type[BaseException], ...] = USER_ERRORS,
+) -> Iterator[None]:
+    """Turn ``errors`` raised inside the block into :func:`fail`'s one line.
+
+    Args:
+        debug: Re-raise instead (``--debug``): the full traceback.
+        prefix: What was being read, e.g. ``"data.train"``; it starts the message.
+        hint: What to do about it; it ends the message.
+        errors: The exception types that mean bad input here.
+    """
+    try:
+        yield
+    except errors as exc:
+        if debug:
+            raise
+        message = f"{prefix}: {error_text(exc)}" if prefix else error_text(exc)
+        fail(f"{message}; {hint}" if hint else message)
+
+
+def add_debug_arg(parser: argparse.ArgumentParser) -> None:
+    """``--debug``: show the full traceback of a user error instead of one line."""
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="on a user error (bad config, option, path, checkpoint) show the full traceback "
+        "instead of one 'error: ...' line",
+    )
+
+
 def add_launcher_args(parser: argparse.ArgumentParser) -> None:
-    """``--launcher none|pytorch|slurm|mpi`` and ``--local_rank``/``--local-rank`` (old torch.distributed.launch)."""
+    """``--launcher none|pytorch|slurm|mpi``, and ``--local_rank``/``--local-rank``
+    (set by the legacy torch.distributed.launch)."""
     parser.add_argument(
         "--launcher",
         choices=("none",) + LAUNCHERS,
@@ -46,33 +115,52 @@ def add_launcher_args(parser: argparse.ArgumentParser) -> None:
 
 
 def add_cfg_options(parser: argparse.ArgumentParser) -> None:
-    """``--cfg-options key=value ...`` (dotted keys, Python literals; see mmpar.config.dict_action)."""
+    """``--cfg-options key=value ...`` (dotted keys, Python literals; see mmpar.config.dict_action).
+
+    ``+key=value`` adds a key that the config lacks and the tools do not read.
+    """
     parser.add_argument(
         "--cfg-options",
         nargs="+",
         action=DictAction,
         default={},
         metavar="KEY=VALUE",
-        help="override config entries, e.g. runner.max_epochs=2 data.samples_per_gpu=4",
+        help="override config entries, e.g. runner.max_epochs=2 data.samples_per_gpu=4; "
+        "a key that is neither in the config nor read by the tools is refused: "
+        f"write {ADD_PREFIX}KEY=VALUE to add one anyway. Values are Python literals, never code",
     )
 
 
-def load_config(path: str, options: Optional[Mapping[str, Any]] = None) -> Config:
+def load_config(
+    path: str, options: Optional[Mapping[str, Any]] = None, debug: bool = False
+) -> Config:
     """Read the config file and apply ``--cfg-options``; any problem exits with a clear message.
 
-    Python configs run as code: only use configs you trust. JSON configs are data only.
+    An option key must be in the config, among the keys the tools read
+    (:data:`mmpar.runner.tool_keys.TOOL_KEYS`) or a parameter of the class its dict
+    builds; ``+key=value`` adds any key. Python configs run as code: only use configs
+    you trust. JSON configs are data only.
+
+    Args:
+        path: The config file.
+        options: ``--cfg-options``, dotted key -> value.
+        debug: Re-raise errors (full traceback) instead of exiting with one line.
     """
     try:
         cfg = Config.fromfile(path)
-    except (SyntaxError, FileNotFoundError) as exc:
-        fail(f"cannot read config {path}: {exc}")
-    except Exception as exc:  # the config's own code failed; the message names its file and line
-        fail(f"cannot read config {path}: {type(exc).__name__}: {exc}")
+    except Exception as exc:  # SyntaxError, FileNotFoundError, or the config's own code failed
+        if debug:
+            raise
+        known = isinstance(exc, (SyntaxError, FileNotFoundError))
+        fail(f"cannot read config {path}: {exc if known else f'{type(exc).__name__}: {exc}'}")
     if options:
-        try:
-            cfg.merge_from_dict(options)
-        except (TypeError, ValueError) as exc:
-            fail(f"--cfg-options: {exc}")
+        with user_errors(debug, "--cfg-options", errors=(TypeError, ValueError)):
+            plain, added = split_added(options)
+            original = cfg.to_dict()
+            cfg.merge_from_dict(plain)
+            check_option_keys(
+                original, cfg.to_dict(), plain, TOOL_KEYS, added, registered_type_accepts
+            )
     return cfg
 
 
@@ -92,15 +180,16 @@ def start_launcher(launcher: str, local_rank: Optional[int], cfg: Config) -> boo
     if launcher == "none":
         return False
     params = dict(cfg.get("dist_params") or {})
-    try:
+    with user_errors(False, f"--launcher {launcher}", errors=(ValueError,)):
         init_dist(launcher, backend=params.pop("backend", None), **params)
-    except ValueError as exc:
-        fail(f"--launcher {launcher}: {exc}")
     return True
 
 
 def resolve_work_dir(work_dir: Optional[str], cfg: Config, config_path: str) -> Path:
-    """``--work-dir``, else ``cfg.work_dir``, else ``./work_dirs/<config name>``; stored in ``cfg.work_dir``."""
+    """``--work-dir``, else ``cfg.work_dir``, else ``./work_dirs/<config name>``.
+
+    The choice is stored in ``cfg.work_dir``.
+    """
     chosen = work_dir or cfg.get("work_dir") or str(Path("work_dirs") / Path(config_path).stem)
     cfg["work_dir"] = str(chosen)
     return Path(chosen)

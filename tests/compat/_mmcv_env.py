@@ -111,7 +111,10 @@ requires_mmcv = pytest.mark.skipif(
 )
 requires_mmdet = pytest.mark.skipif(
     _major(mmcv_version()) != "1" or _major(mmdet_version()) != "2",
-    reason=f"needs mmcv 1.x and mmdet 2.x (installed: {mmcv_version()}, {mmdet_version()}); see .ci/install_mmcv.sh",
+    reason=(
+        f"needs mmcv 1.x and mmdet 2.x (installed: {mmcv_version()}, {mmdet_version()}); "
+        "see .ci/install_mmcv.sh"
+    ),
 )
 
 

@@ -33,7 +33,8 @@ TIMEOUT = 180
 def run(cmd: List[str], cwd: Path) -> subprocess.CompletedProcess:
     proc = run_launcher(cmd, timeout=TIMEOUT, cwd=cwd, env=child_env(OMP_NUM_THREADS="1"))
     assert proc.returncode == 0, (
-        f"{cmd} exited {proc.returncode}\nstdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-8000:]}"
+        f"{cmd} exited "
+        f"{proc.returncode}\nstdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-8000:]}"
     )
     return proc
 

@@ -24,7 +24,7 @@ from tests._dist_helpers import run_workers
 
 
 def _import_mmcv_runner() -> Any:
-    """``mmcv.runner``, or a skip when mmcv 1.x is missing; call with torchvision present or stubbed."""
+    """``mmcv.runner``, or a skip without mmcv 1.x; call with torchvision present or stubbed."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # mmcv 1.7 warns about its 2.0 release on import
         mmcv = pytest.importorskip("mmcv")

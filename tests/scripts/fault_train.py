@@ -69,7 +69,8 @@ def inject(fault: str) -> None:
         os.kill(os.getpid(), signal.SIGSTOP)
 
 
-@record  # under torchrun: the raising rank writes an error file, so the report names it as root cause
+# Under torchrun the raising rank writes an error file, so the report names it as root cause.
+@record
 def main() -> int:
     args = parse_args()
     init_dist("pytorch", backend="gloo", timeout=args.timeout)

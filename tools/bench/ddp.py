@@ -191,15 +191,17 @@ def run(quick: bool = False) -> str:
     lines = [
         "## DDP: MMDistributedDataParallel.train_step vs plain DDP",
         "",
-        f"{WORLD} gloo processes on 127.0.0.1 (1 thread each), two-layer MLP ({dims} -> {HIDDEN} -> {CLASSES}), "
+        f"{WORLD} gloo processes on 127.0.0.1 (1 thread each), two-layer MLP ({dims} -> {HIDDEN} "
+        f"-> {CLASSES}), "
         f"{SAMPLES} samples per process and step (zero_grad, forward, backward, SGD step). "
-        f"Medians of {repeats * steps} single steps per variant, the variants alternating step by step "
-        "after a warm-up, rank 0.",
+        f"Medians of {repeats * steps} single steps per variant, the variants alternating step by "
+        "step after a warm-up, rank 0.",
         "",
         "| variant | input | median step (ms) | vs plain DDP |",
         "|---|---|---:|---:|",
         f"| plain DDP | unwrapped batch | {plain * 1e3:.3f} | 1.000 |",
-        f"| MMDistributedDataParallel.train_step | DataContainer batch | {mm * 1e3:.3f} | {ratio:.3f} |",
+        f"| MMDistributedDataParallel.train_step | DataContainer batch | {mm * 1e3:.3f} | "
+        f"{ratio:.3f} |",
         "",
         f"- Target: train_step overhead over plain DDP <= {TARGET_OVERHEAD:.0%}: **{met}** "
         f"(measured {overhead:+.1%}).",

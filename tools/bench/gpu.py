@@ -1,4 +1,6 @@
-"""GPU section: host-to-GPU transfers and the input pipeline against their ideals (skipped without CUDA).
+"""GPU section: host-to-GPU transfers and the input pipeline against their ideals.
+
+Skipped without CUDA.
 
 1. A pinned detection batch (16 float32 images 3x800x1333, about 205 MB, with boxes,
    labels and metas) moved by ``scatter_kwargs(..., [0])``, against one raw pinned
@@ -86,16 +88,17 @@ def big_batch(quick: bool) -> List[str]:
     return [
         "### A pinned detection batch to the GPU",
         "",
-        f"{n} float32 images 3x800x1333 ({img.numel() * 4 / 1e6:.0f} MB, pinned) with boxes, labels and metas; "
-        "median of alternating rounds.",
+        f"{n} float32 images 3x800x1333 ({img.numel() * 4 / 1e6:.0f} MB, pinned) with boxes, "
+        "labels and metas; median of alternating rounds.",
         "",
         "| method | time | GB/s | share of the raw copy's bandwidth |",
         "|---|---:|---:|---:|",
-        f"| raw pinned `img.to(cuda, non_blocking=True)` | {t['raw'] * 1e3:.2f} ms | {gbs / t['raw']:.1f} | 100% |",
-        f"| `scatter_kwargs` of the images alone | {t['images only'] * 1e3:.2f} ms | {gbs / t['images only']:.1f} "
-        f"| {t['raw'] / t['images only']:.1%} |",
-        f"| `scatter_kwargs` of the whole batch | {t['scatter'] * 1e3:.2f} ms | {gbs / t['scatter']:.1f} "
-        f"| **{t['raw'] / t['scatter']:.1%}** |",
+        f"| raw pinned `img.to(cuda, non_blocking=True)` | {t['raw'] * 1e3:.2f} ms | "
+        f"{gbs / t['raw']:.1f} | 100% |",
+        f"| `scatter_kwargs` of the images alone | {t['images only'] * 1e3:.2f} ms | "
+        f"{gbs / t['images only']:.1f} | {t['raw'] / t['images only']:.1%} |",
+        f"| `scatter_kwargs` of the whole batch | {t['scatter'] * 1e3:.2f} ms | "
+        f"{gbs / t['scatter']:.1f} | **{t['raw'] / t['scatter']:.1%}** |",
         "",
     ]
 
@@ -117,7 +120,8 @@ def small_tensors(quick: bool) -> List[str]:
     lines = [
         "### 256 small tensors to the GPU",
         "",
-        "256 per-image box tensors of 1 to 100 boxes (float32, pageable unless said); median of alternating rounds.",
+        "256 per-image box tensors of 1 to 100 boxes (float32, pageable unless said); median of "
+        "alternating rounds.",
         "",
         "| method | time | speed-up over the per-tensor loop |",
         "|---|---:|---:|",
@@ -139,7 +143,7 @@ def small_tensors(quick: bool) -> List[str]:
 
 
 class _BigImages(torch.utils.data.Dataset):
-    """Images 3x(600-800)x(900-1333) with 1-20 boxes, through Normalize, Pad(32), format, collect."""
+    """Images 3x(600-800)x(900-1333), 1-20 boxes each: Normalize, Pad(32), format, collect."""
 
     def __init__(self, n: int, on_device: bool) -> None:
         self.n = n
@@ -316,11 +320,13 @@ def pipeline(quick: bool) -> List[str]:
     lines = [
         f"### Input pipeline vs ideal: {net}, bf16 autocast, SGD",
         "",
-        "`build_dataloader(samples_per_gpu=16, workers_per_gpu=8)` over 3x(600-800)x(900-1333) images "
-        f"(Normalize, Pad 32, format, collect), `MMDataParallel.train_step`; {iters} steps after 3 warm-up steps. "
-        f"Ideal: the batch already on the GPU: **{ideal:.0f} images/s**.",
+        "`build_dataloader(samples_per_gpu=16, workers_per_gpu=8)` over 3x(600-800)x(900-1333) "
+        "images "
+        f"(Normalize, Pad 32, format, collect), `MMDataParallel.train_step`; {iters} steps after "
+        f"3 warm-up steps. Ideal: the batch already on the GPU: **{ideal:.0f} images/s**.",
         "",
-        "| images in the loader | pin_memory | images/s | share of ideal | the loader alone, images/s |",
+        "| images in the loader | pin_memory | images/s | share of ideal | the loader alone, "
+        "images/s |",
         "|---|---|---:|---:|---:|",
     ]
     for label, pin_label, rate, alone in rows:
@@ -357,10 +363,12 @@ def example_config(quick: bool) -> List[str]:
     lines = [
         "### The example config's own path",
         "",
-        f"`{path.relative_to(path.parents[2])}` (TinyDet, SyntheticShapes 64-96 px, samples_per_gpu="
-        f"{cfg.data.samples_per_gpu}, images uint8 normalized on the GPU): its loader (`build_dataloader` "
-        "defaults) and `wrap_model` as `tools/train.py` builds them, against the same steps on batches already on "
-        "the GPU.",
+        f"`{path.relative_to(path.parents[2])}` (TinyDet, SyntheticShapes 64-96 px, "
+        "samples_per_gpu="
+        f"{cfg.data.samples_per_gpu}, images uint8 normalized on the GPU): its loader "
+        "(`build_dataloader` "
+        "defaults) and `wrap_model` as `tools/train.py` builds them, against the same steps on "
+        "batches already on the GPU.",
         "",
         "| workers_per_gpu | images/s | ideal images/s | share of ideal |",
         "|---:|---:|---:|---:|",

@@ -1,10 +1,11 @@
 """Loader section: images/s of a detection loader, per batching, with 2 workers.
 
 ``build_dataloader`` over ``SyntheticShapes`` (images of 64-160 px in both
-orientations, its default pipeline: flip, normalize, pad to 32, format into
-DataContainers), 8 samples per GPU, 2 workers, for random batching, orientation
-grouping and size-aware grouping; side by side in one run (variants alternate
-epoch by epoch), median images/s over epochs, plus the epoch's padded share.
+orientations, its default pipeline: flip, normalize, format into DataContainers
+that collate pads to multiples of 32), 8 samples per GPU, 2 workers, for random
+batching, orientation grouping and size-aware grouping; side by side in one run
+(variants alternate epoch by epoch), median images/s over epochs, plus the
+epoch's padded share.
 """
 
 from __future__ import annotations
@@ -48,8 +49,9 @@ def run(quick: bool = False) -> str:
     lines = [
         "## Detection loader throughput",
         "",
-        f"`build_dataloader(SyntheticShapes({n}), samples_per_gpu={SAMPLES_PER_GPU}, workers_per_gpu={WORKERS})` "
-        f"with its default pipeline; median images/s over {epochs} epochs, the variants alternating.",
+        f"`build_dataloader(SyntheticShapes({n}), samples_per_gpu={SAMPLES_PER_GPU}, "
+        f"workers_per_gpu={WORKERS})` with its default pipeline; median images/s over "
+        f"{epochs} epochs, the variants alternating.",
         "",
         "| batching | images/s | padded share |",
         "|---|---:|---:|",

@@ -10,13 +10,15 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from mmpar.data.transforms.compose import Compose
-from mmpar.data.transforms.geometric import Resize
 
 __all__ = ["DetectionDataset"]
 
 #: Mean and std (RGB, 0-255) of the default pipelines' ``Normalize``.
 IMAGENET_MEAN = (123.675, 116.28, 103.53)
 IMAGENET_STD = (58.395, 57.12, 57.375)
+
+#: The default pipelines' images are batched at multiples of this.
+PAD_SIZE_DIVISOR = 32
 
 #: A training sample dropped by the pipeline is replaced by another one; after
 #: this many drops in a row the pipeline is considered broken.
@@ -41,8 +43,12 @@ class DetectionDataset(Dataset):
         CLASSES: Class names; label ``k`` is ``CLASSES[k]``.
         ori_img_sizes: int64 ``(N, 2)`` array of the original ``(h, w)`` of each image.
         img_sizes: int64 ``(N, 2)`` array of each image's ``(h, w)`` as it will
-            be batched: the original size through the pipeline's ``Resize``, if
-            it has one. Size-aware samplers batch similar sizes by it.
+            be batched: the original size through every step's declared
+            ``output_size`` (:meth:`Compose.output_size
+            <mmpar.data.transforms.Compose.output_size>`; a step that declares
+            nothing is taken to keep the size). With the default pipelines it is
+            the resized size, ``img_shape``; a ``Pad`` step rounds it up.
+            Size-aware samplers batch similar sizes by it.
         flag: uint8 ``(N,)`` array, 1 where ``w / h > 1`` (landscape), for
             aspect-ratio grouped samplers.
         pipeline: The :class:`~mmpar.data.transforms.Compose` run on each sample.
@@ -81,8 +87,13 @@ class DetectionDataset(Dataset):
         )
 
     def _format_steps(self) -> List[Dict[str, Any]]:
-        """The tail of the default pipelines: normalize (ImageNet statistics), pad to
-        32, format into DataContainers, collect."""
+        """The tail of the default pipelines: normalize (ImageNet statistics), format
+        into DataContainers whose images collate pads to multiples of 32, collect.
+
+        No ``Pad`` step: padding in the workers and then again into the batch would
+        copy every image twice for the same batch; ``size_divisor`` on the
+        containers pads each image once, in :func:`~mmpar.collate.collate`.
+        """
         return [
             dict(
                 type="Normalize",
@@ -91,8 +102,7 @@ class DetectionDataset(Dataset):
                 to_rgb=True,
                 on_device=self.normalize_on_device,
             ),
-            dict(type="Pad", size_divisor=32),
-            dict(type="DefaultFormatBundle"),
+            dict(type="DefaultFormatBundle", size_divisor=PAD_SIZE_DIVISOR),
             dict(
                 type="Collect",
                 keys=["img"] if self.test_mode else ["img", "gt_bboxes", "gt_labels"],
@@ -102,12 +112,8 @@ class DetectionDataset(Dataset):
     def _set_img_sizes(self, sizes: Any) -> None:
         """Record the original ``(h, w)`` of every image, and derive ``img_sizes`` and ``flag``."""
         self.ori_img_sizes = np.asarray(sizes, dtype=np.int64).reshape(-1, 2)
-        resize = next((t for t in self.pipeline.transforms if isinstance(t, Resize)), None)
-        if resize is None:
-            self.img_sizes = self.ori_img_sizes
-        else:
-            batched = [resize.output_hw(int(h), int(w)) for h, w in self.ori_img_sizes]
-            self.img_sizes = np.asarray(batched, dtype=np.int64).reshape(-1, 2)
+        batched = [self.pipeline.output_size(int(h), int(w)) for h, w in self.ori_img_sizes]
+        self.img_sizes = np.asarray(batched, dtype=np.int64).reshape(-1, 2)
         self.flag = (self.img_sizes[:, 1] > self.img_sizes[:, 0]).astype(np.uint8)
 
     def __len__(self) -> int:
@@ -163,7 +169,8 @@ class DetectionDataset(Dataset):
                 )
             idx = self._rand_another(idx)
         raise RuntimeError(
-            f"{type(self).__name__}: the pipeline dropped {MAX_REDRAWS} samples in a row (starting at index {first})"
+            f"{type(self).__name__}: the pipeline dropped {MAX_REDRAWS} samples in a row "
+            f"(starting at index {first})"
         )
 
     def _rand_another(self, idx: int) -> int:

@@ -35,10 +35,11 @@ class CocoDetection(DetectionDataset):
     The annotation file is checked entirely when the dataset is built; image files
     are opened by the pipeline (``LoadImageFromFile`` names a missing one).
 
-    The default pipeline (``pipeline=None``) is mmdet's: load image and
-    annotations, ``Resize((1333, 800))``, ``RandomFlip(0.5)`` (training only),
-    ``Normalize`` (ImageNet), ``Pad(size_divisor=32)``, ``DefaultFormatBundle``,
-    ``Collect``.
+    The default pipeline (``pipeline=None``) is mmdet's, padding once: load image
+    and annotations, ``Resize((1333, 800))``, ``RandomFlip(0.5)`` (training only),
+    ``Normalize`` (ImageNet), ``DefaultFormatBundle(size_divisor=32)``, ``Collect``.
+    Where mmdet has ``Pad(size_divisor=32)`` in the workers, collate pads each
+    image once, straight into the batch: the same batch and ``pad_shape``.
 
     Attributes:
         cat_ids: Category ids in label order.

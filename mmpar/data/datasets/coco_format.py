@@ -143,7 +143,8 @@ def select_categories(names: Mapping[int, str], classes: Optional[Sequence[str]]
     for name in classes:
         if name not in by_name:
             raise ValueError(
-                f"CocoDetection: classes: {name!r} is not a category name (names: {sorted(by_name)})"
+                f"CocoDetection: classes: {name!r} is not a category name (names: "
+                f"{sorted(by_name)})"
             )
         if by_name[name] in ids:
             raise ValueError(f"CocoDetection: classes: {name!r} is given twice")

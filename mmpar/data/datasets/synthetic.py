@@ -9,12 +9,13 @@ import numpy as np
 from mmpar.data.datasets.base import DetectionDataset
 from mmpar.data.datasets.shapes import SHAPES, render_shapes
 from mmpar.registry import DATASETS
+from mmpar.utils.checks import is_int
 
 __all__ = ["SyntheticShapes"]
 
 
 def _check_int(value: Any, argument: str, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+    if not is_int(value) or value < low:
         raise ValueError(f"SyntheticShapes: {argument} must be an int >= {low}, got {value!r}")
     return int(value)
 
@@ -38,9 +39,12 @@ class SyntheticShapes(DetectionDataset):
     background, ``label + 1`` on shapes) for ``LoadAnnotations(with_seg=True)``.
 
     The default pipeline (``pipeline=None``) is, for training: load, annotations,
-    ``RandomFlip(0.5)``, ``Normalize`` (ImageNet mean/std), ``Pad(size_divisor=32)``,
-    ``DefaultFormatBundle``, ``Collect(["img", "gt_bboxes", "gt_labels"])``; in
-    ``test_mode`` the flip and annotations are left out and only ``img`` is kept.
+    ``RandomFlip(0.5)``, ``Normalize`` (ImageNet mean/std),
+    ``DefaultFormatBundle(size_divisor=32)``, ``Collect(["img", "gt_bboxes",
+    "gt_labels"])``; in ``test_mode`` the flip and annotations are left out and
+    only ``img`` is kept. Images are not padded in the workers: collate pads each
+    one once, into the batch, to multiples of 32 (``img_metas`` still record
+    ``pad_shape``, the image's size rounded up to 32).
 
     Args:
         num_samples: Number of images.
@@ -75,13 +79,10 @@ class SyntheticShapes(DetectionDataset):
         self.num_samples = _check_int(num_samples, "num_samples", 0)
         self.min_size = _check_int(min_size, "min_size", 16)
         self.max_size = _check_int(max_size, "max_size", self.min_size)
-        if (
-            isinstance(num_classes, bool)
-            or not isinstance(num_classes, int)
-            or not 1 <= num_classes <= len(SHAPES)
-        ):
+        if not is_int(num_classes) or not 1 <= num_classes <= len(SHAPES):
             raise ValueError(
-                f"SyntheticShapes: num_classes must be an int in [1, {len(SHAPES)}], got {num_classes!r}"
+                f"SyntheticShapes: num_classes must be an int in [1, {len(SHAPES)}], "
+                f"got {num_classes!r}"
             )
         self.max_objects = _check_int(max_objects, "max_objects", 1)
         self.seed = _check_int(seed, "seed", 0)

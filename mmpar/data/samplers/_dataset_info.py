@@ -64,7 +64,8 @@ def image_sizes(dataset: Any, owner: str) -> Optional[np.ndarray]:
     if bad.any():
         i = int(np.flatnonzero(bad.any(axis=1))[0])
         raise ValueError(
-            f"{owner}: dataset.img_sizes must hold positive (h, w), sample {i} has {sizes[i].tolist()}"
+            f"{owner}: dataset.img_sizes must hold positive (h, w), sample {i} has "
+            f"{sizes[i].tolist()}"
         )
     return sizes
 

@@ -2,34 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, List, Optional, Tuple
+from typing import Callable, Iterator, List, Optional, Tuple
 
 import numpy as np
 from torch.utils.data import Sampler
 
 from mmpar.dist import get_dist_info, sync_random_seed
+from mmpar.utils.checks import check_positive_int, is_int
 
 __all__ = [
     "BatchIndexView",
     "EpochSeeded",
-    "check_positive_int",
     "resolve_replicas",
     "resolve_seed",
 ]
-
-
-def check_positive_int(value: Any, name: str, owner: str) -> int:
-    """Return ``value`` if it is an int >= 1.
-
-    Raises:
-        TypeError: not an int (bools rejected).
-        ValueError: < 1.
-    """
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{owner}: {name} must be an int, got {type(value).__name__} {value!r}")
-    if value < 1:
-        raise ValueError(f"{owner}: {name} must be >= 1, got {value}")
-    return int(value)
 
 
 def resolve_seed(seed: Optional[int], owner: str, shuffle: bool = True) -> int:
@@ -46,7 +32,7 @@ def resolve_seed(seed: Optional[int], owner: str, shuffle: bool = True) -> int:
     """
     if seed is None:
         seed = sync_random_seed() if shuffle else 0
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+    if not is_int(seed):
         raise TypeError(f"{owner}: seed must be an int or None, got {type(seed).__name__} {seed!r}")
     return int(seed)
 
@@ -65,11 +51,12 @@ def resolve_replicas(
         num_replicas = group_size if num_replicas is None else num_replicas
         rank = group_rank if rank is None else rank
     num_replicas = check_positive_int(num_replicas, "num_replicas", owner)
-    if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)):
+    if not is_int(rank):
         raise TypeError(f"{owner}: rank must be an int, got {type(rank).__name__} {rank!r}")
     if not 0 <= rank < num_replicas:
         raise ValueError(
-            f"{owner}: rank must be in [0, {num_replicas}) (num_replicas={num_replicas}), got {rank}"
+            f"{owner}: rank must be in [0, {num_replicas}) (num_replicas={num_replicas}), got "
+            f"{rank}"
         )
     return num_replicas, int(rank)
 
@@ -112,7 +99,7 @@ class EpochSeeded:
             TypeError: ``epoch`` is not an int.
             ValueError: ``epoch`` < 0.
         """
-        if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)):
+        if not is_int(epoch):
             raise TypeError(
                 f"{type(self).__name__}.set_epoch: epoch must be an int, got {type(epoch).__name__}"
             )

@@ -12,9 +12,9 @@ from mmpar.data.samplers._dataset_info import dataset_length, group_ids, image_s
 from mmpar.data.samplers._epoch import (
     BatchIndexView,
     EpochSeeded,
-    check_positive_int,
     resolve_replicas,
 )
+from mmpar.utils.checks import check_positive_int
 
 __all__ = ["DistributedGroupSampler"]
 

@@ -9,7 +9,8 @@ from torch.utils.data import Sampler
 
 from mmpar.data.samplers._batching import plan_batches
 from mmpar.data.samplers._dataset_info import dataset_length, group_ids, image_sizes
-from mmpar.data.samplers._epoch import BatchIndexView, EpochSeeded, check_positive_int
+from mmpar.data.samplers._epoch import BatchIndexView, EpochSeeded
+from mmpar.utils.checks import check_positive_int
 
 __all__ = ["GroupSampler"]
 

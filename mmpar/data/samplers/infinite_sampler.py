@@ -11,10 +11,10 @@ from mmpar.data.samplers._dataset_info import dataset_length
 from mmpar.data.samplers._epoch import (
     BatchIndexView,
     EpochSeeded,
-    check_positive_int,
     resolve_replicas,
 )
 from mmpar.data.samplers.distributed_group_sampler import DistributedGroupSampler
+from mmpar.utils.checks import check_positive_int
 
 __all__ = ["InfiniteBatchSampler", "InfiniteGroupBatchSampler"]
 

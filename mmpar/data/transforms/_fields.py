@@ -12,10 +12,11 @@ transform moves all of them together:
 
 from __future__ import annotations
 
-from typing import Any, List, Mapping
+from typing import Any, List, Mapping, Sequence, Tuple
 
 import numpy as np
-import torch
+
+from mmpar.utils.checks import is_int
 
 __all__ = [
     "require",
@@ -24,7 +25,8 @@ __all__ = [
     "seg_fields",
     "add_field",
     "check_boxes",
-    "array_to_tensor",
+    "check_pair",
+    "image_shape",
 ]
 
 
@@ -88,13 +90,31 @@ def check_boxes(boxes: Any, field: str) -> np.ndarray:
     return arr
 
 
-def array_to_tensor(arr: np.ndarray) -> torch.Tensor:
-    """A tensor sharing ``arr``'s memory when it is contiguous and writable, else a copy.
+def check_pair(value: Sequence[int], argument: str) -> Tuple[int, int]:
+    """``value`` as a tuple of two positive ints (a ``(w, h)`` scale or an ``(h, w)`` size).
 
-    Read-only arrays (e.g. ``np.asarray`` of a Pillow image) are copied, since
-    torch cannot wrap them safely.
+    Raises:
+        ValueError: ``value`` is not a tuple or list of two positive ints; the
+            message names ``argument``.
     """
-    arr = np.ascontiguousarray(arr)
-    if not arr.flags.writeable:
-        arr = arr.copy()
-    return torch.from_numpy(arr)
+    if (
+        not isinstance(value, (tuple, list))
+        or len(value) != 2
+        or not all(is_int(v) and v > 0 for v in value)
+    ):
+        raise ValueError(f"{argument}: expected a pair of positive ints, got {value!r}")
+    return int(value[0]), int(value[1])
+
+
+def image_shape(results: Mapping[str, Any], owner: str) -> Tuple[int, ...]:
+    """Shape of the first image of ``results`` (``(H, W, C)`` or ``(H, W)``).
+
+    Raises:
+        KeyError: ``results`` holds no image; the message names ``owner``.
+    """
+    keys = img_fields(results)
+    if not keys:
+        raise KeyError(
+            f"{owner}: results has no image (img_fields: {results.get('img_fields', ['img'])})"
+        )
+    return results[keys[0]].shape

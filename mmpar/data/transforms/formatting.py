@@ -21,9 +21,13 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Union
 import numpy as np
 import torch
 
-from mmpar.data.transforms._fields import array_to_tensor, require
+from mmpar.data.transforms._fields import require
+from mmpar.data.transforms.compose import KeepsSize
 from mmpar.data_container import DataContainer
 from mmpar.registry import TRANSFORMS
+from mmpar.stacking import round_up
+from mmpar.transfer import array_to_tensor
+from mmpar.utils.checks import check_positive_int, is_number
 
 __all__ = ["DefaultFormatBundle", "Collect", "to_tensor", "DEFAULT_META_KEYS"]
 
@@ -55,10 +59,10 @@ def to_tensor(data: Any, field: str = "data") -> torch.Tensor:
     if isinstance(data, torch.Tensor):
         return data
     if isinstance(data, np.ndarray):
-        return array_to_tensor(data)
+        return array_to_tensor(data, contiguous=True)
     if isinstance(data, Sequence) and not isinstance(data, str):
         return torch.tensor(data)
-    if isinstance(data, bool) or not isinstance(data, (int, float)):
+    if not is_number(data):
         raise TypeError(f"{field}: cannot convert {type(data).__name__} to a tensor")
     return torch.tensor([data], dtype=torch.int64 if isinstance(data, int) else torch.float32)
 
@@ -66,7 +70,8 @@ def to_tensor(data: Any, field: str = "data") -> torch.Tensor:
 def _check_pad_val(pad_val: Mapping[str, Number]) -> Dict[str, Number]:
     if not isinstance(pad_val, Mapping):
         raise TypeError(
-            f"DefaultFormatBundle: pad_val must be a dict such as dict(img=0, seg=255), got {pad_val!r}"
+            "DefaultFormatBundle: pad_val must be a dict such as dict(img=0, seg=255), "
+            f"got {pad_val!r}"
         )
     unknown = sorted(set(pad_val) - set(_PAD_KEYS))
     if unknown:
@@ -75,7 +80,7 @@ def _check_pad_val(pad_val: Mapping[str, Number]) -> Dict[str, Number]:
         )
     out = dict(img=0, seg=255, masks=0)
     for key, value in pad_val.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if not is_number(value):
             raise TypeError(
                 f"DefaultFormatBundle: pad_val[{key!r}] must be a number, got {value!r}"
             )
@@ -84,7 +89,7 @@ def _check_pad_val(pad_val: Mapping[str, Number]) -> Dict[str, Number]:
 
 
 @TRANSFORMS.register_module()
-class DefaultFormatBundle:
+class DefaultFormatBundle(KeepsSize):
     """Convert the usual fields to tensors in :class:`~mmpar.data_container.DataContainer`.
 
     * ``img`` ``(H, W, C)`` (or ``(H, W)``) numpy -> ``(C, H, W)`` tensor of the same
@@ -96,11 +101,16 @@ class DefaultFormatBundle:
     * ``gt_semantic_seg`` ``(H, W)`` -> ``(1, H, W)`` tensor, stacked with
       ``padding_value=pad_val["seg"]``.
 
-    ``size_divisor`` is passed to the ``img`` and ``gt_semantic_seg`` containers,
-    so collate pads each batch to multiples of it (the per-image ``pad_shape`` then
-    stays what the pipeline recorded). Meta keys a pipeline never set get their
-    identity values: ``pad_shape = img_shape``, ``scale_factor`` ones,
+    ``size_divisor`` is passed to the ``img`` and ``gt_semantic_seg`` containers:
+    :func:`~mmpar.collate.collate` then pads each image once, straight into the
+    batch, to a multiple of it, which replaces ``Pad(size_divisor=...)`` in the
+    workers (the same batch, one copy of each image fewer). ``pad_shape`` keeps
+    mmdet's meaning: the image's ``(h, w)`` rounded up to ``size_divisor``, plus
+    its channels (a batch may be larger still: it is padded to its largest image).
+    Other meta keys a pipeline never set get their identity values:
+    ``pad_shape = img_shape`` (without ``size_divisor``), ``scale_factor`` ones,
     ``flip=False``, ``flip_direction=None``, ``img_norm_cfg`` mean 0 / std 1.
+    The tensors keep the image's size (:meth:`output_size` is the identity).
 
     Args:
         pad_val: Padding values by field: keys among ``img``, ``seg``, ``masks``.
@@ -117,12 +127,8 @@ class DefaultFormatBundle:
         size_divisor: Optional[int] = None,
     ) -> None:
         self.pad_val = _check_pad_val(pad_val)
-        if size_divisor is not None and (
-            isinstance(size_divisor, bool) or not isinstance(size_divisor, int) or size_divisor < 1
-        ):
-            raise ValueError(
-                f"DefaultFormatBundle: size_divisor must be a positive int or None, got {size_divisor!r}"
-            )
+        if size_divisor is not None:
+            size_divisor = check_positive_int(size_divisor, "size_divisor", "DefaultFormatBundle")
         self.size_divisor = size_divisor
 
     def __call__(self, results: dict) -> dict:
@@ -142,7 +148,8 @@ class DefaultFormatBundle:
             seg = results["gt_semantic_seg"]
             if np.ndim(seg) != 2:
                 raise ValueError(
-                    f"DefaultFormatBundle: gt_semantic_seg must be (H, W), got shape {np.shape(seg)}"
+                    "DefaultFormatBundle: gt_semantic_seg must be (H, W), "
+                    f"got shape {np.shape(seg)}"
                 )
             results["gt_semantic_seg"] = DataContainer(
                 to_tensor(seg, "gt_semantic_seg")[None],
@@ -162,7 +169,11 @@ class DefaultFormatBundle:
                 f"got {type(img).__name__} of shape {np.shape(img)}"
             )
         results.setdefault("img_shape", img.shape)
-        results.setdefault("pad_shape", img.shape)
+        if self.size_divisor is None:
+            results.setdefault("pad_shape", img.shape)
+        else:
+            h, w = (round_up(s, self.size_divisor) for s in img.shape[:2])
+            results["pad_shape"] = (h, w) + img.shape[2:]
         results.setdefault("scale_factor", np.ones(4, dtype=np.float32))
         results.setdefault("flip", False)
         results.setdefault("flip_direction", None)
@@ -176,10 +187,14 @@ class DefaultFormatBundle:
         norm = results["img_norm_cfg"]
         padding_value = self.pad_val["img"]
         if isinstance(norm, dict) and norm.get("on_device"):
-            # collate pads raw pixels with 0; the device step puts pad_val["img"] (normalized units) there
-            results["img_norm_cfg"] = dict(norm, batch_pad_val=padding_value)
+            # collate pads raw pixels with 0; the device step puts pad_val["img"]
+            # (normalized units) there. Without a Pad step, collate also fills the
+            # image's own margin (up to pad_shape): that one gets the same value.
+            results["img_norm_cfg"] = dict(
+                norm, batch_pad_val=padding_value, pad_val=norm.get("pad_val", padding_value)
+            )
             padding_value = 0
-        tensor = array_to_tensor(img.transpose(2, 0, 1))
+        tensor = array_to_tensor(img.transpose(2, 0, 1), contiguous=True)
         results["img"] = DataContainer(
             tensor, stack=True, padding_value=padding_value, size_divisor=self.size_divisor
         )
@@ -190,7 +205,7 @@ class DefaultFormatBundle:
 
 
 @TRANSFORMS.register_module()
-class Collect:
+class Collect(KeepsSize):
     """Keep ``keys`` and gather ``meta_keys`` into a cpu_only ``img_metas`` container.
 
     Args:

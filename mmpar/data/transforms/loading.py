@@ -14,6 +14,7 @@ from typing import Any, Optional
 import numpy as np
 
 from mmpar.data.transforms._fields import add_field, check_boxes, require
+from mmpar.data.transforms.compose import KeepsSize
 from mmpar.registry import TRANSFORMS
 
 __all__ = ["LoadImageFromFile", "LoadImageFromArray", "LoadAnnotations", "import_pil"]
@@ -57,7 +58,7 @@ def _set_image(results: dict, img: np.ndarray, to_float32: bool) -> dict:
 
 
 @TRANSFORMS.register_module()
-class LoadImageFromFile:
+class LoadImageFromFile(KeepsSize):
     """Decode ``img_prefix / img_info["filename"]`` with Pillow into an HWC uint8 array.
 
     The image is RGB (``channel_order="rgb"``, the default), or BGR for configs
@@ -129,7 +130,7 @@ class LoadImageFromFile:
 
 
 @TRANSFORMS.register_module()
-class LoadImageFromArray:
+class LoadImageFromArray(KeepsSize):
     """The loading step of in-memory data: ``results["img"]`` is already an array.
 
     Datasets that generate or cache their images (such as
@@ -159,13 +160,15 @@ class LoadImageFromArray:
         img = require(results, "img", "LoadImageFromArray")
         if not isinstance(img, np.ndarray):
             raise TypeError(
-                f"LoadImageFromArray: results['img'] must be a numpy array, got {type(img).__name__}"
+                "LoadImageFromArray: results['img'] must be a numpy array, "
+                f"got {type(img).__name__}"
             )
         if img.ndim == 2:
             img = img[:, :, None]
         if img.ndim != 3 or img.size == 0:
             raise ValueError(
-                f"LoadImageFromArray: results['img'] must be a non-empty HWC or HW array, got shape {img.shape}"
+                "LoadImageFromArray: results['img'] must be a non-empty HWC or HW array, "
+                f"got shape {img.shape}"
             )
         name = results.get("img_info", {}).get("filename")
         results["filename"] = _join(results.get("img_prefix"), name) if name is not None else None
@@ -174,11 +177,14 @@ class LoadImageFromArray:
         return _set_image(results, img, self.to_float32)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(to_float32={self.to_float32}, channel_order={self.channel_order!r})"
+        return (
+            f"{type(self).__name__}(to_float32={self.to_float32}, "
+            f"channel_order={self.channel_order!r})"
+        )
 
 
 @TRANSFORMS.register_module()
-class LoadAnnotations:
+class LoadAnnotations(KeepsSize):
     """Copy the annotations of ``results["ann_info"]`` into ``results``.
 
     Sets ``gt_bboxes`` (float32 ``(K, 4)``, K may be 0), ``gt_bboxes_ignore`` when
@@ -238,7 +244,8 @@ class LoadAnnotations:
             )
         if self.with_bbox and len(arr) != len(results["gt_bboxes"]):
             raise ValueError(
-                f"LoadAnnotations: ann_info has {len(results['gt_bboxes'])} bboxes but {len(arr)} labels"
+                f"LoadAnnotations: ann_info has {len(results['gt_bboxes'])} bboxes "
+                f"but {len(arr)} labels"
             )
         return arr.astype(np.int64)
 

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from mmpar.data.transforms._fields import img_fields
+from mmpar.data.transforms.compose import KeepsSize
 from mmpar.registry import TRANSFORMS
 
 __all__ = ["Normalize"]
@@ -22,13 +23,14 @@ def _vector(values: Sequence[float], argument: str) -> np.ndarray:
         ) from None
     if arr.ndim != 1 or arr.size == 0:
         raise ValueError(
-            f"Normalize: {argument} must be a 1-D sequence with one value per channel, got {values!r}"
+            f"Normalize: {argument} must be a 1-D sequence with one value per channel, "
+            f"got {values!r}"
         )
     return arr
 
 
 @TRANSFORMS.register_module()
-class Normalize:
+class Normalize(KeepsSize):
     """``img = (img - mean) / std`` per channel, as float32.
 
     ``to_rgb=True`` asks for RGB output: images recorded as BGR
@@ -74,7 +76,8 @@ class Normalize:
         self.std = _vector(std, "std")
         if self.mean.shape != self.std.shape:
             raise ValueError(
-                f"Normalize: mean and std need the same length, got {len(self.mean)} and {len(self.std)}"
+                "Normalize: mean and std need the same length, "
+                f"got {len(self.mean)} and {len(self.std)}"
             )
         if np.any(self.std == 0):
             raise ValueError(f"Normalize: std must not contain zeros, got {list(std)}")
@@ -96,7 +99,8 @@ class Normalize:
             channels = img.shape[2] if img.ndim == 3 else 1
             if channels != len(self.mean):
                 raise ValueError(
-                    f"Normalize: results[{key!r}] has {channels} channels but mean/std have {len(self.mean)} values"
+                    f"Normalize: results[{key!r}] has {channels} channels "
+                    f"but mean/std have {len(self.mean)} values"
                 )
             if swap:
                 img = img[..., ::-1]
@@ -119,7 +123,8 @@ class Normalize:
             channels = img.shape[2] if img.ndim == 3 else 1
             if channels != len(self.mean):
                 raise ValueError(
-                    f"Normalize: results[{key!r}] has {channels} channels but mean/std have {len(self.mean)} values"
+                    f"Normalize: results[{key!r}] has {channels} channels "
+                    f"but mean/std have {len(self.mean)} values"
                 )
         norm_hw = tuple(int(s) for s in results[keys[0]].shape[:2]) if keys else None
         if swap:
@@ -136,6 +141,6 @@ class Normalize:
 
     def __repr__(self) -> str:
         return (
-            f"{type(self).__name__}(mean={self.mean.tolist()}, std={self.std.tolist()}, to_rgb={self.to_rgb}"
-            + (", on_device=True)" if self.on_device else ")")
+            f"{type(self).__name__}(mean={self.mean.tolist()}, std={self.std.tolist()}, "
+            f"to_rgb={self.to_rgb}" + (", on_device=True)" if self.on_device else ")")
         )

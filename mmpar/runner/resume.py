@@ -1,0 +1,94 @@
+"""Where a training run starts: a checkpoint to resume, or scratch, said in words.
+
+tools/train.py decides this before any work: a missing or corrupt checkpoint is an
+error up front, a run that is already complete ends at once, and a fresh run
+about to overwrite another run's checkpoints is warned about.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from mmpar.runner.checkpoint import LATEST, find_latest_checkpoint, load_checkpoint
+
+__all__ = ["ResumePlan", "existing_checkpoints", "plan_resume"]
+
+
+@dataclasses.dataclass
+class ResumePlan:
+    """What a run resumes from, and what to tell the user about it.
+
+    Attributes:
+        checkpoint: The checkpoint to resume from, or None to start from scratch.
+        meta: That checkpoint's ``meta`` (epoch, iter, seed...), or None.
+        message: One line for the log, or "" when there is nothing to say.
+        complete: The checkpoint already holds ``max_epochs`` epochs: nothing to train.
+    """
+
+    checkpoint: Optional[str] = None
+    meta: Optional[Dict[str, Any]] = None
+    message: str = ""
+    complete: bool = False
+
+
+def plan_resume(
+    resume_from: Optional[str], auto_resume: bool, work_dir: Path, max_epochs: int
+) -> ResumePlan:
+    """Decide where a run starts, reading the checkpoint (once) to check it.
+
+    Args:
+        resume_from: ``--resume-from`` or the config's ``resume_from``; wins over
+            ``auto_resume``.
+        auto_resume: Resume from the newest checkpoint of ``work_dir``, if any.
+        work_dir: The run's work dir.
+        max_epochs: Epochs the run trains in all (``runner.max_epochs``).
+
+    Returns:
+        The plan.
+
+    Raises:
+        FileNotFoundError: ``resume_from`` does not exist.
+        ValueError: the checkpoint is corrupt, or its ``meta`` has no int ``epoch``.
+    """
+    how = "resume_from"
+    if not resume_from and auto_resume:
+        latest = find_latest_checkpoint(work_dir)
+        if latest is None:
+            return ResumePlan(
+                message=f"auto-resume: no checkpoint in {work_dir}; starting from scratch"
+            )
+        resume_from, how = str(latest), "auto-resume"
+    if not resume_from:
+        return ResumePlan()
+    meta = load_checkpoint(resume_from).get("meta") or {}
+    epoch = meta.get("epoch")
+    if not isinstance(epoch, int) or isinstance(epoch, bool):
+        raise ValueError(
+            f"checkpoint {resume_from!r}: its meta has no epoch to resume from "
+            f"(meta keys: {sorted(meta)})"
+        )
+    if epoch >= max_epochs:
+        return ResumePlan(
+            resume_from,
+            meta,
+            f"{how}: {resume_from} is at epoch {epoch} of runner.max_epochs={max_epochs}: the run "
+            "is already complete, nothing to train (raise runner.max_epochs to train further)",
+            complete=True,
+        )
+    return ResumePlan(
+        resume_from,
+        meta,
+        f"{how}: resuming from {resume_from} (epoch {epoch} of {max_epochs} done)",
+    )
+
+
+def existing_checkpoints(work_dir: Path) -> List[str]:
+    """Names of the checkpoints (``epoch_*.pth``, ``latest.pth``) already in ``work_dir``."""
+    if not work_dir.is_dir():
+        return []
+    names = [p.name for p in work_dir.glob("epoch_*.pth")]
+    if (work_dir / LATEST).exists() or (work_dir / LATEST).is_symlink():
+        names.append(LATEST)
+    return sorted(names)

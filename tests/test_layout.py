@@ -1,0 +1,177 @@
+"""The package's architecture, checked on its import graph (read with ``ast``, nothing run).
+
+* Dependencies run one way: utils <- registry, config, dist <- the parallel core <-
+  the wrappers <- data, models <- runner; ``compat`` adapts the core and wrappers to mmcv.
+* No import cycle between modules, function-local imports included.
+* No module imports an underscore name from another module, or an underscore module of
+  a package it is not in.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Dict, Iterator, List, Set, Tuple
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1] / "mmpar"
+
+CORE = {
+    "_scatter_plan",
+    "_structures",
+    "collate",
+    "data_container",
+    "device_norm",
+    "devices",
+    "pinning",
+    "scatter_gather",
+    "gather",
+    "stacking",
+    "transfer",
+    "packing",
+    "type_handlers",
+}
+WRAPPERS = {"data_parallel", "distributed", "module_wrappers", "parallel_apply"}
+
+#: What each part may import, besides itself. A part is a package of mmpar, or a
+#: flat module of the core or the wrappers.
+ALLOWED: Dict[str, Set[str]] = {
+    "utils": set(),
+    "version": set(),
+    "registry": {"utils"},
+    "config": {"utils"},
+    "dist": {"utils"},
+    "core": {"utils"},
+    "wrappers": {"core", "registry", "utils"},
+    "data": {"core", "dist", "registry", "utils"},
+    "models": {"core", "dist", "registry", "utils"},
+    "evaluation": {"utils"},
+    "compat": {"core", "wrappers", "registry", "utils"},
+    "runner": {
+        "config",
+        "core",
+        "data",
+        "version",
+        "dist",
+        "evaluation",
+        "models",
+        "registry",
+        "utils",
+        "wrappers",
+    },
+}
+
+
+def _modules() -> Dict[str, Path]:
+    found = {}
+    for path in ROOT.rglob("*.py"):
+        parts = ["mmpar", *path.relative_to(ROOT).with_suffix("").parts]
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        found[".".join(parts)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _imports(path: Path) -> Iterator[Tuple[str, List[str], int]]:
+    """(module imported, names taken from it, line) for every mmpar import in ``path``."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("mmpar"):
+            yield node.module, [a.name for a in node.names], node.lineno
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("mmpar"):
+                    yield alias.name, [], node.lineno
+
+
+def _targets(module: str, names: List[str]) -> List[str]:
+    """The modules an import loads: ``from mmpar.x import y`` loads ``mmpar.x.y`` if a module."""
+    subs = [f"{module}.{n}" for n in names if f"{module}.{n}" in MODULES]
+    return subs or [module]
+
+
+def _part(module: str) -> str:
+    if module == "mmpar":
+        return "mmpar"
+    top = module.split(".")[1]
+    if top in CORE:
+        return "core"
+    if top in WRAPPERS:
+        return "wrappers"
+    return top
+
+
+def _package(module: str) -> str:
+    return module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
+
+
+def _graph() -> Dict[str, Set[str]]:
+    graph: Dict[str, Set[str]] = {m: set() for m in MODULES}
+    for module, path in MODULES.items():
+        for imported, names, _ in _imports(path):
+            graph[module].update(t for t in _targets(imported, names) if t != module)
+    return graph
+
+
+def test_every_part_is_known() -> None:
+    unknown = sorted({_part(m) for m in MODULES} - set(ALLOWED) - {"mmpar"})
+    assert not unknown, f"add these parts of mmpar to ALLOWED: {unknown}"
+
+
+def test_dependencies_run_one_way() -> None:
+    wrong = []
+    for module, targets in _graph().items():
+        part = _part(module)
+        if part == "mmpar":
+            continue
+        for target in targets:
+            other = _part(target)
+            if other != part and other not in ALLOWED[part]:
+                wrong.append(f"{module} ({part}) imports {target} ({other})")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_import_cycles() -> None:
+    graph = _graph()
+    state: Dict[str, int] = {}
+    cycles: List[str] = []
+
+    def visit(module: str, stack: List[str]) -> None:
+        state[module] = 1
+        for target in sorted(graph[module]):
+            if state.get(target) == 1:
+                cycles.append(" -> ".join(stack[stack.index(target) :] + [target]))
+            elif target not in state:
+                visit(target, stack + [target])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert not cycles, "\n".join(cycles)
+
+
+def test_no_private_imports_across_modules() -> None:
+    wrong = []
+    for module, path in MODULES.items():
+        for imported, names, line in _imports(path):
+            where = f"{path.relative_to(ROOT.parent)}:{line}"
+            if imported != module:
+                private = [n for n in names if n.startswith("_") and n != "__version__"]
+                private = [n for n in private if f"{imported}.{n}" not in MODULES]
+                if private:
+                    wrong.append(f"{where}: imports {private} from {imported}")
+            for target in _targets(imported, names):
+                leaf = target.rpartition(".")[2]
+                owner = target.rpartition(".")[0]
+                if leaf.startswith("_") and _package(module) != owner and target != module:
+                    wrong.append(f"{where}: imports {target}, private to {owner}")
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if _part(m) in {"core", "wrappers"}))
+def test_core_and_wrappers_stay_flat(module: str) -> None:
+    assert module.count(".") == 1, f"{module}: the parallel core and wrappers are flat modules"
