@@ -144,7 +144,7 @@ class CompileMonitor(logging.Handler):
         lines = [ln.strip() for ln in record.getMessage().strip().splitlines() if ln.strip()]
         reason = next((ln for ln in lines[1:] if ln.startswith("-") or "Reason" in ln), "")
         reason = reason.split("  #")[0][:160]  # the guard or reason, without torch's source notes
-        key = re.sub(r"\d+", "N", lines[0])
+        key = re.sub(r"\d+", "N", f"{lines[0]} {reason}")  # once per place and reason
         if key not in self.seen:
             self.seen.add(key)
             self.target.info(f"torch.compile {kind}: {lines[0]} {reason}".rstrip())
