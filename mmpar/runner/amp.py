@@ -154,7 +154,12 @@ def dtype_supported(device: torch.device, dtype: torch.dtype) -> bool:
     if device.type == "cuda":
         if not torch.cuda.is_available():
             return False
-        return dtype != torch.bfloat16 or torch.cuda.is_bf16_supported()
+        if dtype != torch.bfloat16:
+            return True
+        try:  # native bfloat16 only (Ampere or newer), not the slow emulation
+            return torch.cuda.is_bf16_supported(including_emulation=False)
+        except TypeError:  # torch < 2.3 has no such argument and counts native support only
+            return torch.cuda.is_bf16_supported()
     if not torch.amp.is_autocast_available(device.type):
         return False
     with warnings.catch_warnings(record=True) as caught:
