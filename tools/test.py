@@ -38,8 +38,9 @@ import numpy as np
 from mmpar.data import build_dataloader, build_dataset
 from mmpar.dist import destroy_dist, get_dist_info
 from mmpar.models import build_model
+from mmpar.module_wrappers import unwrap_module
 from mmpar.runner.amp import autocast
-from mmpar.runner.checkpoint import load_checkpoint, unwrap_model
+from mmpar.runner.checkpoint import load_checkpoint
 from mmpar.runner.cli import (
     add_cfg_options,
     add_debug_arg,
@@ -165,7 +166,7 @@ def main(argv=None) -> int:
     ):
         if not isinstance(checkpoint.get("state_dict"), dict):
             raise ValueError(f"has no 'state_dict' (keys: {sorted(checkpoint)})")
-        unwrap_model(model).load_state_dict(checkpoint["state_dict"])
+        unwrap_module(model).load_state_dict(checkpoint["state_dict"])
     del checkpoint
     device = run_device(distributed)
     with user_errors(args.debug, hint=hint, errors=(TypeError, ValueError, RuntimeError)):

@@ -1,4 +1,4 @@
-"""Training and testing: checkpoints, logging, lr schedules, the epoch loop and the APIs of tools/."""
+"""Training and testing: checkpoints, logs, lr schedules, the epoch loop, the APIs of tools/."""
 
 from mmpar.runner.apis import evaluate, train_model
 from mmpar.runner.checkpoint import (
@@ -6,7 +6,6 @@ from mmpar.runner.checkpoint import (
     find_latest_checkpoint,
     load_checkpoint,
     save_checkpoint,
-    unwrap_model,
     update_latest,
 )
 from mmpar.runner.inference import evaluate_map, multi_gpu_test, single_gpu_test
@@ -37,7 +36,6 @@ __all__ = [
     "single_gpu_test",
     "train_model",
     "train_one_epoch",
-    "unwrap_model",
     "update_latest",
     "wrap_model",
 ]

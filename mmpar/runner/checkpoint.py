@@ -39,17 +39,11 @@ __all__ = [
     "load_checkpoint",
     "update_latest",
     "find_latest_checkpoint",
-    "unwrap_model",
     "weights_to_cpu",
 ]
 
 PathLike = Union[str, "os.PathLike[str]"]
 LATEST = "latest.pth"
-
-
-def unwrap_model(model: nn.Module) -> nn.Module:
-    """The model inside a wrapper (``MMDataParallel``, DDP, ...), or ``model`` itself."""
-    return unwrap_module(model)
 
 
 def weights_to_cpu(state_dict: Mapping[str, torch.Tensor]) -> "OrderedDict[str, torch.Tensor]":
@@ -151,7 +145,7 @@ def save_checkpoint(
     if meta is not None and not isinstance(meta, Mapping):
         raise TypeError(f"save_checkpoint: meta must be a dict or None, got {type(meta).__name__}")
     checkpoint: Dict[str, Any] = dict(
-        meta=dict(meta or {}), state_dict=weights_to_cpu(unwrap_model(model).state_dict())
+        meta=dict(meta or {}), state_dict=weights_to_cpu(unwrap_module(model).state_dict())
     )
     if optimizer is not None:
         checkpoint["optimizer"] = optimizer.state_dict()
@@ -214,7 +208,7 @@ def load_checkpoint(
             raise ValueError(
                 f"checkpoint {str(file)!r}: has no 'state_dict' (keys: {sorted(checkpoint)})"
             )
-        unwrap_model(model).load_state_dict(checkpoint["state_dict"], strict=strict)
+        unwrap_module(model).load_state_dict(checkpoint["state_dict"], strict=strict)
     if optimizer is not None:
         if "optimizer" not in checkpoint:
             raise ValueError(f"checkpoint {str(file)!r}: has no 'optimizer' state to resume from")

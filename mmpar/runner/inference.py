@@ -72,7 +72,8 @@ def multi_gpu_test(model: nn.Module, data_loader: DataLoader) -> List[Any]:
     if len(indices) != len(results):
         rank, _ = get_dist_info()
         raise ValueError(
-            f"multi_gpu_test: rank {rank} got {len(results)} results for {len(indices)} sampled images"
+            f"multi_gpu_test: rank {rank} got {len(results)} results for {len(indices)} sampled "
+            "images"
         )
     return collect_results(results, len(data_loader.dataset), indices)  # type: ignore[arg-type]
 
@@ -102,7 +103,7 @@ def evaluate_map(dataset: Any, results: Sequence[Any], iou_thr: float = 0.5) -> 
 
 
 def run_inference(model: nn.Module, data_loader: DataLoader, distributed: bool) -> List[Any]:
-    """Per-image results over the whole dataset, in dataset order (every rank's, when distributed)."""
+    """Per-image results over the whole dataset, in dataset order (all ranks', when distributed)."""
     return (
         multi_gpu_test(model, data_loader) if distributed else single_gpu_test(model, data_loader)
     )
@@ -118,5 +119,5 @@ def class_rows(metrics: Dict[str, Any]) -> List[str]:
 
 
 def eval_samples_per_gpu(data_cfg: Any) -> int:
-    """Samples per GPU when testing: ``data.test_samples_per_gpu``, else ``data.samples_per_gpu``."""
+    """Samples per GPU in tests: ``data.test_samples_per_gpu``, else ``data.samples_per_gpu``."""
     return int(data_cfg.get("test_samples_per_gpu") or data_cfg.samples_per_gpu)

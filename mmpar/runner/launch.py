@@ -1,4 +1,4 @@
-"""Putting a model on its device(s): MMDataParallel for one device, MMDistributedDataParallel in a group."""
+"""A model on its device(s): MMDataParallel for one device, MMDistributedDataParallel in a group."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ import torch.distributed as dist
 from torch import nn
 
 from mmpar.data_parallel import MMDataParallel
+from mmpar.dist import is_distributed
 from mmpar.distributed import MMDistributedDataParallel
 from mmpar.models.norm import has_sync_batchnorm, revert_sync_batchnorm
+from mmpar.utils.checks import is_int
 
 __all__ = ["wrap_model", "scale_lr", "run_device"]
 
@@ -30,9 +32,10 @@ def run_device(distributed: bool) -> torch.device:
     if not torch.cuda.is_available():
         return torch.device("cpu")
     if distributed:
-        if not (dist.is_available() and dist.is_initialized()):
+        if not is_distributed():
             raise RuntimeError(
-                "run_device: distributed=True but no process group exists; call mmpar.dist.init_dist first"
+                "run_device: distributed=True but no process group exists; call "
+                "mmpar.dist.init_dist first"
             )
         if "nccl" not in str(dist.get_backend()):
             return torch.device("cpu")
@@ -56,10 +59,11 @@ def wrap_model(
     Raises:
         RuntimeError: ``distributed`` is set but no process group was initialised.
     """
-    group = dist.is_available() and dist.is_initialized()
+    group = is_distributed()
     if distributed and not group:
         raise RuntimeError(
-            "wrap_model: distributed=True but no process group exists; call mmpar.dist.init_dist first"
+            "wrap_model: distributed=True but no process group exists; call mmpar.dist.init_dist "
+            "first"
         )
     cuda = run_device(distributed).type == "cuda"
     if has_sync_batchnorm(model) and not (distributed and cuda):
@@ -90,7 +94,7 @@ def scale_lr(
     total_batch_size: int,
     logger: Optional[logging.Logger] = None,
 ) -> float:
-    """Scale ``optimizer_cfg["lr"]`` in place by ``total_batch_size / base_batch_size`` (linear rule).
+    """Scale ``optimizer_cfg["lr"]`` in place by ``total_batch_size / base_batch_size`` (linear).
 
     Args:
         optimizer_cfg: The config's ``optimizer`` dict.
@@ -107,15 +111,16 @@ def scale_lr(
     base = (
         (auto_scale_lr or {}).get("base_batch_size") if isinstance(auto_scale_lr, Mapping) else None
     )
-    if isinstance(base, bool) or not isinstance(base, int) or base < 1:
+    if not is_int(base) or base < 1:
         raise ValueError(
-            "auto_scale_lr: --auto-scale-lr needs auto_scale_lr = dict(base_batch_size=N) in the config "
-            f"(N a positive int), got {auto_scale_lr!r}"
+            "auto_scale_lr: --auto-scale-lr needs auto_scale_lr = dict(base_batch_size=N) in the "
+            f"config (N a positive int), got {auto_scale_lr!r}"
         )
     old = float(optimizer_cfg["lr"])
     optimizer_cfg["lr"] = old * total_batch_size / base
     if logger is not None:
         logger.info(
-            f"auto_scale_lr: lr {old:g} -> {optimizer_cfg['lr']:g} (batch size {total_batch_size} vs base {base})"
+            f"auto_scale_lr: lr {old:g} -> {optimizer_cfg['lr']:g} (batch size {total_batch_size} "
+            f"vs base {base})"
         )
     return float(optimizer_cfg["lr"])

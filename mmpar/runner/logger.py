@@ -2,7 +2,7 @@
 
 The text lines look like mmcv's::
 
-    Epoch [2][10/16]	lr: 3.000e-03, eta: 0:00:12, time: 0.051, data_time: 0.002, loss_heatmap: 0.7390, loss: 1.1080
+    Epoch [2][10/16]	lr: 3.000e-03, eta: 0:00:12, time: 0.051, data_time: 0.002, loss: 1.1080
 
 and the JSON log (``<timestamp>.log.json``) holds one object per line:
 ``{"mode": "train", "epoch": 2, "iter": 26, "lr": 0.003, "time": 0.051, ...}``

@@ -30,13 +30,15 @@ def check_lr_config(lr_config: Optional[Mapping[str, Any]]) -> dict:
 
     Raises:
         TypeError: not a dict or None.
-        ValueError: an unknown policy or warmup, or a bad ``step``/``warmup_iters``/``warmup_ratio``.
+        ValueError: an unknown policy or warmup, or a bad ``step``, ``warmup_iters`` or
+            ``warmup_ratio``.
     """
     if lr_config is None:
         return dict(policy="fixed", warmup=None, warmup_iters=0, warmup_ratio=1.0)
     if not isinstance(lr_config, Mapping):
         raise TypeError(
-            f"lr_config: expected a dict such as dict(policy='step', step=[8]), got {type(lr_config).__name__}"
+            "lr_config: expected a dict such as dict(policy='step', step=[8]), got "
+            f"{type(lr_config).__name__}"
         )
     cfg = dict(
         policy="fixed",

@@ -10,6 +10,8 @@ from typing import Any, Dict
 import numpy as np
 import torch
 
+from mmpar.utils.checks import is_int
+
 __all__ = ["DETERMINISTIC_CUBLAS", "set_random_seed", "get_rng_state", "set_rng_state"]
 
 #: ``CUBLAS_WORKSPACE_CONFIG`` value that makes cuBLAS deterministic (NVIDIA's cuBLAS docs).
@@ -28,7 +30,7 @@ def set_random_seed(seed: int, deterministic: bool = False) -> None:
     Raises:
         TypeError: ``seed`` is not an int.
     """
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+    if not is_int(seed):
         raise TypeError(f"seed: expected an int, got {type(seed).__name__} {seed!r}")
     random.seed(int(seed))
     np.random.seed(int(seed) % (1 << 32))

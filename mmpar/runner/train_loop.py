@@ -14,7 +14,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from mmpar.data import set_loader_epoch
-from mmpar.dist import collective_device
+from mmpar.dist import collective_device, is_distributed
 from mmpar.runner.logger import JsonLogWriter, format_train_line
 from mmpar.runner.lr_schedule import scheduled_lr, set_lr
 from mmpar.runner.optim_step import OptimizerStepper
@@ -60,7 +60,7 @@ class _Meter:
         values = torch.tensor(
             [self.sums[k] for k in names] + [float(self.samples)], dtype=torch.float64
         )
-        if dist.is_available() and dist.is_initialized():
+        if is_distributed():
             reduced = values.to(collective_device())
             dist.all_reduce(reduced)
             values = reduced.cpu()

@@ -12,6 +12,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from mmpar.utils.checks import is_int
+
 __all__ = [
     "load_json",
     "check_images",
@@ -64,7 +66,7 @@ def _field(entry: Any, where: str, key: str) -> Any:
 
 def _int(entry: Any, where: str, key: str, positive: bool = False) -> int:
     value = _field(entry, where, key)
-    if isinstance(value, bool) or not isinstance(value, int) or (positive and value <= 0):
+    if not is_int(value) or (positive and value <= 0):
         kind = "a positive int" if positive else "an int"
         raise ValueError(f"CocoDetection: {where}.{key} must be {kind}, got {value!r}")
     return value
