@@ -96,12 +96,7 @@ class Normalize(KeepsSize):
             return self._record(results, swap)
         for key in img_fields(results):
             img = results[key]
-            channels = img.shape[2] if img.ndim == 3 else 1
-            if channels != len(self.mean):
-                raise ValueError(
-                    f"Normalize: results[{key!r}] has {channels} channels "
-                    f"but mean/std have {len(self.mean)} values"
-                )
+            self._check_channels(key, img)
             if swap:
                 img = img[..., ::-1]
             out = img.astype(np.float32)  # a new array: the in-place steps below are safe
@@ -115,17 +110,20 @@ class Normalize(KeepsSize):
         )
         return results
 
+    def _check_channels(self, key: str, img: np.ndarray) -> None:
+        channels = img.shape[2] if img.ndim == 3 else 1
+        if channels != len(self.mean):
+            raise ValueError(
+                f"Normalize: results[{key!r}] has {channels} channels "
+                f"but mean/std have {len(self.mean)} values"
+            )
+
     def _record(self, results: dict, swap: bool) -> dict:
         """``on_device``: check the images, keep their pixels, record what to do after scatter."""
         keys = img_fields(results)
         for key in keys:
             img = results[key]
-            channels = img.shape[2] if img.ndim == 3 else 1
-            if channels != len(self.mean):
-                raise ValueError(
-                    f"Normalize: results[{key!r}] has {channels} channels "
-                    f"but mean/std have {len(self.mean)} values"
-                )
+            self._check_channels(key, img)
         norm_hw = tuple(int(s) for s in results[keys[0]].shape[:2]) if keys else None
         if swap:
             results["channel_order"] = "rgb"  # what the model will see
