@@ -34,10 +34,10 @@ TINY = [
 
 
 def run_tool(
-    args: List[str], check: bool = True, env: Optional[dict] = None
+    args: List[str], check: bool = True, env: Optional[dict] = None, timeout: float = TIMEOUT
 ) -> subprocess.CompletedProcess:
     full_env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", **(env or {}))
-    proc = run_launcher([sys.executable, *args], timeout=TIMEOUT, cwd=ROOT, env=full_env)
+    proc = run_launcher([sys.executable, *args], timeout=timeout, cwd=ROOT, env=full_env)
     if check and proc.returncode != 0:
         raise AssertionError(
             f"{args} exited {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\n"

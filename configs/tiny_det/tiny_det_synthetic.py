@@ -3,6 +3,6 @@
 _base_ = [
     "../_base_/models/tiny_det.py",
     "../_base_/datasets/synthetic_shapes.py",
-    "../_base_/schedules/schedule_8e.py",
+    "../_base_/schedules/schedule_12e.py",
     "../_base_/default_runtime.py",
 ]
