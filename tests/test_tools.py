@@ -107,6 +107,18 @@ def test_train_writes_logs_and_checkpoints(trained: Path) -> None:
     assert sum(r["mode"] == "val" for r in records) == 2  # before and after training
 
 
+def test_train_logs_its_loader_and_takes_mmdets_persistent_workers(
+    trained: Path, tmp_path: Path
+) -> None:
+    (text_log,) = trained.glob("*[0-9].log")
+    pinned = "pinned" if torch.cuda.is_available() else "not pinned"
+    assert f"train loader: 8 images per batch, 0 workers, {pinned}" in text_log.read_text()
+    options = TINY + ["data.workers_per_gpu=2", "data.persistent_workers=True"]
+    proc = train(tmp_path, "--no-validate", options=options)
+    assert f"train loader: 8 images per batch, 2 workers (persistent), {pinned}" in proc.stdout
+    assert [r["epoch"] for r in json_records(tmp_path) if r["mode"] == "train"][-1] == 2
+
+
 def test_checkpoint_loads_with_weights_only(trained: Path) -> None:
     checkpoint = torch.load(trained / "latest.pth", weights_only=True)
     assert set(checkpoint) == {"meta", "state_dict", "optimizer", "rng"}

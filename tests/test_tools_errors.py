@@ -95,6 +95,7 @@ def test_a_parameter_the_model_does_not_take_is_refused(tmp_path: Path) -> None:
         ("optimizer.lr=0", ["optimizer.lr", "> 0"]),
         ("data.samples_per_gpu=0", ["data.samples_per_gpu", "got 0"]),
         ("data.workers_per_gpu=-1", ["data.workers_per_gpu", "-1"]),
+        ("data.persistent_workers=1", ["data.persistent_workers", "True or False", "int 1"]),
         ("checkpoint_config.interval=1.5", ["checkpoint_config.interval", "1.5"]),
         ("evaluation.interval=-3", ["evaluation.interval", "-3"]),
         ("log_config.interval=0", ["log_config.interval", "got 0"]),

@@ -101,7 +101,10 @@ def train_model(
     """Train ``model`` on ``dataset`` as ``cfg`` says, and evaluate it on ``val_dataset``.
 
     Config keys used: ``work_dir``, ``seed``, ``data.samples_per_gpu``,
-    ``data.workers_per_gpu``, ``optimizer``, ``optimizer_config`` (``grad_clip``,
+    ``data.workers_per_gpu``, ``data.persistent_workers`` (mmdet 2.x's: the workers of
+    both loaders live for the whole run; resuming then does not repeat the
+    augmentation streams of the uninterrupted run, see
+    :mod:`mmpar.data.worker_seeds`), ``optimizer``, ``optimizer_config`` (``grad_clip``,
     ``cumulative_iters``, mmcv's ``type``), ``amp``/``fp16`` (see
     :mod:`mmpar.runner.amp`), ``compile`` (see :mod:`mmpar.runner.compile`),
     ``cudnn_benchmark``, ``channels_last`` (see :mod:`mmpar.runner.speed`),
@@ -154,6 +157,8 @@ def train_model(
     # run on a GPU machine (gloo).
     device = run_device(distributed)
     pin = None if device.type == "cuda" else False
+    # mmdet 2.x's key: workers that live for the whole run, for both loaders.
+    persistent = bool(data_cfg.get("persistent_workers", False)) and data_cfg.workers_per_gpu > 0
     loader = build_dataloader(
         dataset,
         data_cfg.samples_per_gpu,
@@ -161,7 +166,13 @@ def train_model(
         dist=distributed,
         shuffle=True,
         seed=seed,
+        persistent_workers=persistent,
         pin_memory=pin,
+    )
+    logger.info(
+        f"train loader: {data_cfg.samples_per_gpu} images per batch, {loader.num_workers} "
+        f"workers{' (persistent)' if loader.persistent_workers else ''}, "
+        f"{'pinned' if loader.pin_memory else 'not pinned'}"
     )
     apply_speed_options(cfg, model, bool(cfg.get("deterministic")), logger)
     compile_settings, monitor = resolve_compile(cfg.get("compile")), None
@@ -207,6 +218,7 @@ def train_model(
             dist=distributed,
             shuffle=False,
             seed=seed,
+            persistent_workers=persistent,
             pin_memory=pin,
         )
     metrics: Dict[str, Any] = dict(before=None, after=None, state=state)

@@ -83,6 +83,11 @@ def _check_data(cfg: Mapping[str, Any], splits: Sequence[str], tool: str) -> Non
     _int_at_least(cfg, "data.samples_per_gpu", 1, "images per process and batch", _MISSING)
     _int_at_least(cfg, "data.workers_per_gpu", 0, "DataLoader workers per process", _MISSING)
     _int_at_least(cfg, "data.test_samples_per_gpu", 1, "images per batch when testing", None)
+    persistent = lookup(cfg, "data.persistent_workers", False)
+    if not isinstance(persistent, bool):
+        raise TypeError(
+            f"data.persistent_workers: expected True or False, got {_describe(persistent)}"
+        )
 
 
 def _check_model(cfg: Mapping[str, Any], tool: str) -> None:

@@ -33,6 +33,7 @@ TOOL_KEYS: Tuple[str, ...] = (
     # data
     "data.samples_per_gpu",
     "data.workers_per_gpu",
+    "data.persistent_workers",
     "data.test_samples_per_gpu",
     # schedule, checkpoints, logs, evaluation
     "runner",
