@@ -9,12 +9,10 @@ import torch
 from torch import nn
 from torch.nn.parallel import DataParallel, replicate
 
-from mmpar.device_norm import normalize_scattered
 from mmpar.devices import Target, resolve_device, resolve_targets
 from mmpar.gather import gather
-from mmpar.module_wrappers import MODULE_WRAPPERS
+from mmpar.module_wrappers import MODULE_WRAPPERS, ContainerScatter
 from mmpar.parallel_apply import default_devices, parallel_apply, scatter_batch
-from mmpar.scatter_gather import scatter_kwargs
 
 __all__ = ["MMDataParallel", "data_parallel", "check_module_device"]
 
@@ -71,7 +69,7 @@ def _names_cpu_only(device_ids: Optional[Sequence[Target]]) -> bool:
 
 
 @MODULE_WRAPPERS.register_module()
-class MMDataParallel(DataParallel):
+class MMDataParallel(ContainerScatter, DataParallel):
     """A :class:`torch.nn.DataParallel` whose inputs may hold DataContainers.
 
     The inputs go through mmpar's container-aware
@@ -156,17 +154,6 @@ class MMDataParallel(DataParallel):
         """``module.val_step`` on the unwrapped inputs, on one device (see :meth:`train_step`)."""
         args, kw = self._single_device_inputs("val_step", inputs, kwargs)
         return self.module.val_step(*args, **kw)
-
-    def scatter(
-        self,
-        inputs: Tuple[Any, ...],
-        kwargs: Optional[Dict[str, Any]],
-        device_ids: Sequence[Target],
-    ) -> Tuple[Tuple[Tuple[Any, ...], ...], Tuple[Dict[str, Any], ...]]:
-        """Container-aware split of ``inputs``/``kwargs`` over ``device_ids``; images that
-        the pipeline left for the device (``Normalize(on_device=True)``) are normalized
-        there (see :mod:`mmpar.device_norm`)."""
-        return normalize_scattered(scatter_kwargs(inputs, kwargs, list(device_ids), dim=self.dim))
 
     def gather(self, outputs: Sequence[Any], output_device: Target) -> Any:
         """Merge per-device outputs onto ``output_device`` (lists concatenated in order)."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 from torch import nn
@@ -11,7 +11,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from mmpar.device_norm import normalize_scattered
 from mmpar.devices import Target
-from mmpar.module_wrappers import MODULE_WRAPPERS, unwrap_module
+from mmpar.module_wrappers import MODULE_WRAPPERS, ContainerScatter, unwrap_module
 from mmpar.scatter_gather import scatter_kwargs
 
 __all__ = ["MMDistributedDataParallel", "params_without_grad"]
@@ -20,7 +20,7 @@ _MISSING = object()
 
 
 @MODULE_WRAPPERS.register_module()
-class MMDistributedDataParallel(DistributedDataParallel):
+class MMDistributedDataParallel(ContainerScatter, DistributedDataParallel):
     """A :class:`torch.nn.parallel.DistributedDataParallel` for DataContainer batches.
 
     Takes exactly DDP's constructor arguments (``device_ids``, ``output_device``,
@@ -78,17 +78,6 @@ class MMDistributedDataParallel(DistributedDataParallel):
     def val_step(self, *inputs: Any, **kwargs: Any) -> Any:
         """``module.val_step`` on the unwrapped inputs as DDP's forward (see :meth:`train_step`)."""
         return self._run_step("val_step", inputs, kwargs)
-
-    def scatter(
-        self,
-        inputs: Tuple[Any, ...],
-        kwargs: Optional[Dict[str, Any]],
-        device_ids: Sequence[Target],
-    ) -> Tuple[Tuple[Tuple[Any, ...], ...], Tuple[Dict[str, Any], ...]]:
-        """Container-aware split of ``inputs``/``kwargs`` over ``device_ids``; images that
-        the pipeline left for the device (``Normalize(on_device=True)``) are normalized
-        there (see :mod:`mmpar.device_norm`)."""
-        return normalize_scattered(scatter_kwargs(inputs, kwargs, list(device_ids), dim=self.dim))
 
     def to_kwargs(
         self, inputs: Tuple[Any, ...], kwargs: Optional[Dict[str, Any]], device_id: Target

@@ -2,19 +2,24 @@
 
 The wrapper classes are those of :data:`mmpar.registry.MODULE_WRAPPERS` (a leaf
 registry that the wrappers register themselves into) and, once mmcv 1.x has
-loaded it, of mmcv's own wrapper registry tree.
+loaded it, of mmcv's own wrapper registry tree. :class:`ContainerScatter` is the
+container-aware ``scatter`` that mmpar's wrappers share.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Any, Iterator, List, Set, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 from torch import nn
 
+from mmpar.device_norm import normalize_scattered
+from mmpar.devices import Target
 from mmpar.registry import MODULE_WRAPPERS
+from mmpar.scatter_gather import scatter_kwargs
 
 __all__ = [
+    "ContainerScatter",
     "MMCV_REGISTRY_MODULE",
     "MODULE_WRAPPERS",
     "is_module_wrapper",
@@ -76,3 +81,23 @@ def unwrap_module(module: Any) -> Any:
     while is_module_wrapper(module) and isinstance(getattr(module, "module", None), nn.Module):
         module = module.module
     return module
+
+
+class ContainerScatter:
+    """Mixin of mmpar's wrappers: a container-aware ``scatter`` in place of torch's.
+
+    Put it before the torch wrapper class among the bases; the wrapper sets ``dim``.
+    """
+
+    dim: int
+
+    def scatter(
+        self,
+        inputs: Tuple[Any, ...],
+        kwargs: Optional[Dict[str, Any]],
+        device_ids: Sequence[Target],
+    ) -> Tuple[Tuple[Tuple[Any, ...], ...], Tuple[Dict[str, Any], ...]]:
+        """Container-aware split of ``inputs``/``kwargs`` over ``device_ids``; images that
+        the pipeline left for the device (``Normalize(on_device=True)``) are normalized
+        there (see :mod:`mmpar.device_norm`)."""
+        return normalize_scattered(scatter_kwargs(inputs, kwargs, list(device_ids), dim=self.dim))

@@ -10,25 +10,18 @@ from typing import Dict, List, Tuple
 import numpy as np
 import pytest
 import torch
-from torch.utils.data import Dataset, SequentialSampler, get_worker_info
+from torch.utils.data import SequentialSampler, get_worker_info
 
 from mmpar.data import build_dataloader, seed_worker, set_loader_epoch
 from mmpar.data.samplers import DistributedGroupSampler, DistributedSampler, GroupSampler
 from mmpar.data.worker_seeds import EpochCounter
 from mmpar.data_container import DataContainer
+from tests._datasets import FlaggedDataset
 from tests._dist_helpers import run_workers
 
 
-class RandomDraws(Dataset):
+class RandomDraws(FlaggedDataset):
     """Each sample: an image container, its index, the worker and random draws made there."""
-
-    def __init__(self, n: int, flag=None) -> None:
-        self.n = n
-        if flag is not None:
-            self.flag = np.asarray(flag)
-
-    def __len__(self) -> int:
-        return self.n
 
     def __getitem__(self, i: int) -> dict:
         info = get_worker_info()

@@ -6,9 +6,8 @@ import itertools
 import random
 from typing import Callable, Dict, List, Tuple
 
-import numpy as np
 import pytest
-from torch.utils.data import DataLoader, Dataset, SequentialSampler
+from torch.utils.data import DataLoader, SequentialSampler
 
 from mmpar.data import build_dataloader, set_loader_epoch
 from mmpar.data.batch_sampler_loader import BatchSamplerLoader
@@ -19,19 +18,12 @@ from mmpar.data.samplers import (
     InfiniteBatchSampler,
     InfiniteGroupBatchSampler,
 )
+from tests._datasets import FlaggedDataset
 from tests._dist_helpers import run_workers
 
 
-class Draws(Dataset):
+class Draws(FlaggedDataset):
     """Sample ``i``: its index and a draw from the worker's seeded ``random``."""
-
-    def __init__(self, n: int, flag=None) -> None:
-        self.n = n
-        if flag is not None:
-            self.flag = np.asarray(flag)
-
-    def __len__(self) -> int:
-        return self.n
 
     def __getitem__(self, i: int) -> dict:
         return {"idx": i, "draw": random.random()}

@@ -54,6 +54,28 @@ def _communicate(proc: subprocess.Popen, timeout: float) -> Tuple[int, str]:
     return proc.returncode, out
 
 
+def _start(cmd: List[str], env: Optional[Dict[str, str]] = None) -> subprocess.Popen:
+    """Start ``cmd`` in the repository, in a session of its own, stderr merged into stdout."""
+    return subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env=_env() if env is None else env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def _run(cmd: List[str], timeout: float) -> Tuple[int, str]:
+    """Run ``cmd`` (see :func:`_start`) to its end: exit code and output; its group is killed."""
+    proc = _start(cmd)
+    try:
+        return _communicate(proc, timeout)
+    finally:
+        _kill_group(proc)
+
+
 def torchrun(nproc: int, *args: str) -> Tuple[int, str]:
     cmd = [
         sys.executable,
@@ -66,19 +88,7 @@ def torchrun(nproc: int, *args: str) -> Tuple[int, str]:
         str(PG_TIMEOUT),
         *args,
     ]
-    proc = subprocess.Popen(
-        cmd,
-        cwd=ROOT,
-        env=_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        return _communicate(proc, HARD_TIMEOUT)
-    finally:
-        _kill_group(proc)
+    return _run(cmd, HARD_TIMEOUT)
 
 
 def launch_by_hand(world_size: int, *args: str) -> List[subprocess.Popen]:
@@ -95,17 +105,7 @@ def launch_by_hand(world_size: int, *args: str) -> List[subprocess.Popen]:
                 WORLD_SIZE=str(world_size),
             )
         )
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, SCRIPT, "--timeout", str(PG_TIMEOUT), *args],
-                cwd=ROOT,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                start_new_session=True,
-            )
-        )
+        procs.append(_start([sys.executable, SCRIPT, "--timeout", str(PG_TIMEOUT), *args], env))
     return procs
 
 
@@ -193,19 +193,7 @@ def test_survivors_exit_nonzero_within_the_timeout(fault: str) -> None:
 # --------------------------------------------------------------------------- #
 def run_loader(*args: str, timeout: float = 90) -> Tuple[int, str, List[int]]:
     """Run tests/scripts/fault_loader.py: its exit code, output and the samples that arrived."""
-    proc = subprocess.Popen(
-        [sys.executable, LOADER_SCRIPT, *args],
-        cwd=ROOT,
-        env=_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        code, out = _communicate(proc, timeout)
-    finally:
-        _kill_group(proc)
+    code, out = _run([sys.executable, LOADER_SCRIPT, *args], timeout)
     seen = [
         int(i) for line in out.splitlines() if line.startswith("batch ") for i in line.split()[1:]
     ]

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from typing import List, Optional, Sequence
+from typing import List
 
-import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -16,19 +15,8 @@ from mmpar.data.samplers import (
     InfiniteBatchSampler,
     InfiniteGroupBatchSampler,
 )
+from tests._datasets import Flagged
 from tests._dist_helpers import run_workers
-
-
-class Flagged:
-    """A dataset that is only its group flags (or only its length)."""
-
-    def __init__(self, flag: Optional[Sequence[int]] = None, n: Optional[int] = None) -> None:
-        if flag is not None:
-            self.flag = np.asarray(flag)
-        self._n = n if n is not None else len(flag)
-
-    def __len__(self) -> int:
-        return self._n
 
 
 def _take(sampler, n: int) -> List[List[int]]:

@@ -13,25 +13,10 @@ from hypothesis import strategies as st
 
 from mmpar.data.padding_stats import PaddingStats, padding_counts
 from mmpar.data.samplers import DistributedGroupSampler, DistributedSampler, GroupSampler
+from tests._datasets import Flagged
 from tests._dist_helpers import run_workers
 
 SETTINGS = settings(max_examples=50, deadline=None)
-
-
-class Flagged:
-    """A dataset that is only its group flags and, optionally, its image sizes."""
-
-    def __init__(
-        self, flag: Optional[Sequence[int]] = None, img_sizes=None, n: Optional[int] = None
-    ) -> None:
-        if flag is not None:
-            self.flag = np.asarray(flag)
-        if img_sizes is not None:
-            self.img_sizes = np.asarray(img_sizes)
-        self._n = n if n is not None else len(flag if flag is not None else img_sizes)
-
-    def __len__(self) -> int:
-        return self._n
 
 
 flags = st.lists(st.integers(0, 3), min_size=1, max_size=60)

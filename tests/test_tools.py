@@ -46,6 +46,16 @@ def run_tool(
     return proc
 
 
+def torchrun_launcher(nproc: int = 2) -> List[str]:
+    """``-m torch.distributed.run`` starting ``nproc`` processes, on a port free just now."""
+    return [
+        "-m",
+        "torch.distributed.run",
+        f"--nproc_per_node={nproc}",
+        f"--master_port={free_port()}",
+    ]
+
+
 # GPU kernels are not deterministic by default: runs whose parameters are compared bit
 # for bit use --deterministic there (on the CPU they are deterministic without it).
 BITWISE = ["--deterministic"] if torch.cuda.is_available() else []
@@ -242,11 +252,10 @@ def test_corrupt_resume_checkpoint_fails_clearly(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_torchrun_two_gloo_processes_train_and_test(trained: Path, tmp_path: Path) -> None:
-    torchrun = ["-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}"]
     options = TINY + ["runner.max_epochs=1", "data.samples_per_gpu=4"] + GLOO
     proc = run_tool(
         [
-            *torchrun,
+            *torchrun_launcher(),
             "tools/train.py",
             CONFIG,
             "--work-dir",
@@ -265,10 +274,9 @@ def test_torchrun_two_gloo_processes_train_and_test(trained: Path, tmp_path: Pat
     checkpoint = torch.load(tmp_path / "dist" / "latest.pth", weights_only=True)
     assert checkpoint["meta"]["world_size"] == 2 and checkpoint["meta"]["epoch"] == 1
     # Distributed testing: every image once, in dataset order: the same detections as one process.
-    torchrun[-1] = f"--master_port={free_port()}"
     run_tool(
         [
-            *torchrun,
+            *torchrun_launcher(),
             "tools/test.py",
             CONFIG,
             str(trained / "latest.pth"),
@@ -313,10 +321,7 @@ def test_torchrun_resume_restores_every_ranks_random_streams(tmp_path: Path) -> 
     def torchrun_train(work_dir: Path, *extra: str, epochs: int = 2) -> None:
         run_tool(
             [
-                "-m",
-                "torch.distributed.run",
-                "--nproc_per_node=2",
-                f"--master_port={free_port()}",
+                *torchrun_launcher(),
                 "tools/train.py",
                 CONFIG,
                 "--work-dir",
@@ -352,10 +357,7 @@ def test_torchrun_resume_restores_every_ranks_random_streams(tmp_path: Path) -> 
 def test_torchrun_two_nccl_processes_on_one_gpu_stop_with_a_clear_error(tmp_path: Path) -> None:
     proc = run_tool(
         [
-            "-m",
-            "torch.distributed.run",
-            "--nproc_per_node=2",
-            f"--master_port={free_port()}",
+            *torchrun_launcher(),
             "tools/train.py",
             CONFIG,
             "--work-dir",
@@ -382,10 +384,7 @@ def test_torchrun_one_nccl_process_trains_on_the_gpu(tmp_path: Path) -> None:
     options = TINY + ["runner.max_epochs=1", "dist_params.backend='nccl'"]
     proc = run_tool(
         [
-            "-m",
-            "torch.distributed.run",
-            "--nproc_per_node=1",
-            f"--master_port={free_port()}",
+            *torchrun_launcher(1),
             "tools/train.py",
             CONFIG,
             "--work-dir",

@@ -14,12 +14,8 @@ from pathlib import Path
 from typing import List
 
 import pytest
-import torch
 
-from tests._dist_helpers import free_port
-from tests.test_tools import CONFIG, ROOT, TINY, run_tool, train
-
-GLOO = [] if torch.cuda.device_count() >= 2 else ["dist_params.backend='gloo'"]
+from tests.test_tools import CONFIG, GLOO, ROOT, TINY, run_tool, torchrun_launcher, train
 
 
 def error_line(proc: subprocess.CompletedProcess, *needles: str) -> str:
@@ -138,10 +134,7 @@ def test_a_user_error_on_every_torchrun_rank_exits_2_without_hanging(tmp_path: P
     config = _coco_config(tmp_path)
     proc = run_tool(
         [
-            "-m",
-            "torch.distributed.run",
-            "--nproc_per_node=2",
-            f"--master_port={free_port()}",
+            *torchrun_launcher(),
             "tools/train.py",
             str(config),
             "--work-dir",

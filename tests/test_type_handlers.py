@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterator, List, Sequence
+from typing import Any, Dict, Iterator, List, Sequence
 
 import pytest
 import torch
@@ -68,6 +68,18 @@ def boxlist_registered() -> Iterator[TypeHandler]:
     unregister_type(BoxList)
 
 
+def _hooks(**changed: Any) -> Dict[str, Any]:
+    """BoxList's hooks as the methods themselves, without ``pin_memory``, updated by ``changed``."""
+    hooks: Dict[str, Any] = dict(
+        collate=BoxList.cat,
+        split=BoxList.split,
+        to=BoxList.to,
+        gather=lambda ps, d: BoxList.cat(ps),
+    )
+    hooks.update(changed)
+    return hooks
+
+
 def _samples(n: int) -> list:
     return [
         {
@@ -130,14 +142,7 @@ def test_pin_memory_uses_the_hook() -> None:
         seen.append(b)
         return BoxList(b.boxes[::-1])
 
-    register_type(
-        BoxList,
-        collate=BoxList.cat,
-        split=BoxList.split,
-        to=BoxList.to,
-        gather=lambda ps, d: BoxList.cat(ps),
-        pin_memory=pin,
-    )
+    register_type(BoxList, **_hooks(pin_memory=pin))
     try:
         b = BoxList([torch.zeros(1, 4), torch.ones(1, 4)])
         out = pin_memory({"b": b, "meta": ("x", 1)})
@@ -147,13 +152,7 @@ def test_pin_memory_uses_the_hook() -> None:
 
 
 def test_pin_memory_defaults_to_no_pinning() -> None:
-    register_type(
-        BoxList,
-        collate=BoxList.cat,
-        split=BoxList.split,
-        to=BoxList.to,
-        gather=lambda ps, d: BoxList.cat(ps),
-    )
+    register_type(BoxList, **_hooks())
     try:
         b = BoxList([torch.zeros(1, 4)])
         assert pin_memory(b) is b
@@ -169,13 +168,7 @@ def test_pinned_for_real(boxlist_registered: TypeHandler) -> None:
 
 
 def test_unregister() -> None:
-    register_type(
-        BoxList,
-        collate=BoxList.cat,
-        split=BoxList.split,
-        to=BoxList.to,
-        gather=lambda ps, d: BoxList.cat(ps),
-    )
+    register_type(BoxList, **_hooks())
     unregister_type(BoxList)
     assert get_handler(BoxList([])) is None
     unregister_type(BoxList)  # a no-op the second time
@@ -196,13 +189,6 @@ def test_unregister() -> None:
     ],
 )
 def test_register_errors(cls: object, hooks: dict, exc: type, pattern: str) -> None:
-    kwargs = dict(
-        collate=BoxList.cat,
-        split=BoxList.split,
-        to=BoxList.to,
-        gather=lambda ps, d: BoxList.cat(ps),
-    )
-    kwargs.update(hooks)
     with pytest.raises(exc, match=pattern):
-        register_type(cls, **kwargs)
+        register_type(cls, **_hooks(**hooks))
     assert get_handler(BoxList([])) is None

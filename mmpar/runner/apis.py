@@ -12,6 +12,7 @@ from typing import Any, Dict, Mapping, Optional
 
 import torch
 from torch import nn
+from torch.utils.data import DataLoader
 
 from mmpar.data import build_dataloader
 from mmpar.dist import all_gather_object_list, barrier, get_dist_info
@@ -159,16 +160,21 @@ def train_model(
     pin = None if device.type == "cuda" else False
     # mmdet 2.x's key: workers that live for the whole run, for both loaders.
     persistent = bool(data_cfg.get("persistent_workers", False)) and data_cfg.workers_per_gpu > 0
-    loader = build_dataloader(
-        dataset,
-        data_cfg.samples_per_gpu,
-        data_cfg.workers_per_gpu,
-        dist=distributed,
-        shuffle=True,
-        seed=seed,
-        persistent_workers=persistent,
-        pin_memory=pin,
-    )
+
+    def make_loader(data: Any, samples_per_gpu: int, shuffle: bool) -> DataLoader:
+        """A loader of ``data`` with the settings that the train and val loaders share."""
+        return build_dataloader(
+            data,
+            samples_per_gpu,
+            data_cfg.workers_per_gpu,
+            dist=distributed,
+            shuffle=shuffle,
+            seed=seed,
+            persistent_workers=persistent,
+            pin_memory=pin,
+        )
+
+    loader = make_loader(dataset, data_cfg.samples_per_gpu, shuffle=True)
     logger.info(
         f"train loader: {data_cfg.samples_per_gpu} images per batch, {loader.num_workers} "
         f"workers{' (persistent)' if loader.persistent_workers else ''}, "
@@ -211,16 +217,7 @@ def train_model(
     eval_cfg = _get(cfg, "evaluation", {})
     val_loader = None
     if validate:
-        val_loader = build_dataloader(
-            val_dataset,
-            eval_samples_per_gpu(data_cfg),
-            data_cfg.workers_per_gpu,
-            dist=distributed,
-            shuffle=False,
-            seed=seed,
-            persistent_workers=persistent,
-            pin_memory=pin,
-        )
+        val_loader = make_loader(val_dataset, eval_samples_per_gpu(data_cfg), shuffle=False)
     metrics: Dict[str, Any] = dict(before=None, after=None, state=state)
     if validate and state.epoch == 0 and _get(eval_cfg, "before_train", True):
         with autocast(stepper.amp_dtype, device):

@@ -15,11 +15,11 @@ else 0); without both every sample is in group 0.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 import numpy as np
 
-__all__ = ["dataset_length", "group_ids", "image_sizes"]
+__all__ = ["dataset_groups", "dataset_length", "group_ids", "image_sizes"]
 
 
 def dataset_length(dataset: Any, owner: str) -> int:
@@ -100,3 +100,30 @@ def group_ids(dataset: Any, owner: str) -> np.ndarray:
         f"{owner}: dataset.flag must hold integer group ids, found dtype {flag.dtype} "
         f"(first values {flag[:5].tolist()})"
     )
+
+
+def dataset_groups(
+    dataset: Any, owner: str, size_aware: bool
+) -> Tuple[int, np.ndarray, Optional[np.ndarray], np.ndarray]:
+    """What a group sampler reads from ``dataset``, checked in this order.
+
+    Args:
+        dataset: Sized dataset, optionally with ``flag`` and ``img_sizes``.
+        owner: Name of the sampler, for error messages.
+        size_aware: Whether to read ``img_sizes`` (for size-aware batching).
+
+    Returns:
+        ``(num_samples, flag, sizes, group_sizes)``: ``len(dataset)``, the group
+        id per sample (see :func:`group_ids`), the ``(h, w)`` per sample when
+        ``size_aware`` (else ``None``, see :func:`image_sizes`), and the number
+        of samples of each group, in ascending group id.
+
+    Raises:
+        TypeError: the dataset has no ``__len__``.
+        ValueError: a ``flag`` or ``img_sizes`` that does not match the dataset.
+    """
+    num_samples = dataset_length(dataset, owner)
+    flag = group_ids(dataset, owner)
+    sizes = image_sizes(dataset, owner) if size_aware else None
+    group_sizes = np.bincount(np.unique(flag, return_inverse=True)[1].ravel())
+    return num_samples, flag, sizes, group_sizes

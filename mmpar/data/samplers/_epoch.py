@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable, Iterator, List, Optional, Tuple
+from typing import Callable, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 from torch.utils.data import Sampler
@@ -13,6 +13,7 @@ from mmpar.utils.checks import check_positive_int, is_int
 __all__ = [
     "BatchIndexView",
     "EpochSeeded",
+    "TwoFormSampler",
     "resolve_replicas",
     "resolve_seed",
 ]
@@ -162,3 +163,27 @@ class BatchIndexView(Sampler):
     def __len__(self) -> int:
         """Indices per epoch of the owner (per pass for an infinite one)."""
         return self._num_indices
+
+
+class TwoFormSampler:
+    """Mixin for a sampler usable as an index sampler or, with ``batch_sampler``, a batch sampler.
+
+    The class sets ``batch_sampler`` and ``_index_view`` (its
+    :class:`BatchIndexView`) in ``__init__``.
+    """
+
+    batch_sampler: bool
+    _index_view: BatchIndexView
+
+    @property
+    def sampler(self) -> Sampler:
+        """The index-level sampler: this object in index form, else a
+        :class:`~mmpar.data.samplers._epoch.BatchIndexView` whose ``set_epoch``
+        is this sampler's."""
+        return self._index_view if self.batch_sampler else self  # type: ignore[return-value]
+
+    def _stream(self, batches: List[List[int]]) -> Iterator[Union[int, List[int]]]:
+        """``batches`` as this sampler yields them: whole, or flattened in index form."""
+        if self.batch_sampler:
+            return iter(batches)
+        return iter([i for b in batches for i in b])

@@ -8,10 +8,11 @@ import numpy as np
 from torch.utils.data import Sampler
 
 from mmpar.data.samplers._batching import plan_batches
-from mmpar.data.samplers._dataset_info import dataset_length, group_ids, image_sizes
+from mmpar.data.samplers._dataset_info import dataset_groups
 from mmpar.data.samplers._epoch import (
     BatchIndexView,
     EpochSeeded,
+    TwoFormSampler,
     resolve_replicas,
 )
 from mmpar.utils.checks import check_positive_int
@@ -19,7 +20,7 @@ from mmpar.utils.checks import check_positive_int
 __all__ = ["DistributedGroupSampler"]
 
 
-class DistributedGroupSampler(EpochSeeded, Sampler):
+class DistributedGroupSampler(TwoFormSampler, EpochSeeded, Sampler):
     """Splits one-group batches of ``samples_per_gpu`` samples over the ranks.
 
     Every rank builds the same epoch plan from the shared ``(seed, epoch)``,
@@ -91,21 +92,13 @@ class DistributedGroupSampler(EpochSeeded, Sampler):
         self.shuffle = bool(shuffle)
         self.size_aware = bool(size_aware)
         self.batch_sampler = bool(batch_sampler)
-        self.num_samples = dataset_length(dataset, owner)
-        self.flag = group_ids(dataset, owner)
-        self.sizes = image_sizes(dataset, owner) if size_aware else None
-        group_sizes = np.bincount(np.unique(self.flag, return_inverse=True)[1].ravel())
+        self.num_samples, self.flag, self.sizes, group_sizes = dataset_groups(
+            dataset, owner, size_aware
+        )
         total = int(np.ceil(group_sizes / self.samples_per_gpu).sum())
         self.num_batches = -(-total // self.num_replicas)
         self._init_epoch(seed, owner, shuffle)
         self._index_view = BatchIndexView(self, self.num_batches * self.samples_per_gpu)
-
-    @property
-    def sampler(self) -> Sampler:
-        """The index-level sampler: this object in index form, else a
-        :class:`~mmpar.data.samplers._epoch.BatchIndexView` whose ``set_epoch``
-        is this sampler's."""
-        return self._index_view if self.batch_sampler else self
 
     def batches(self) -> List[List[int]]:
         """This rank's batches of the current epoch, each of ``samples_per_gpu``."""
@@ -129,10 +122,7 @@ class DistributedGroupSampler(EpochSeeded, Sampler):
         return plan[self.rank :: self.num_replicas]
 
     def __iter__(self) -> Iterator[Union[int, List[int]]]:
-        batches = self.batches()
-        if self.batch_sampler:
-            return iter(batches)
-        return iter([i for b in batches for i in b])
+        return self._stream(self.batches())
 
     def __len__(self) -> int:
         """Batches per epoch on this rank (``batch_sampler=True``) or indices."""

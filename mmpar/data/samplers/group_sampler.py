@@ -8,14 +8,14 @@ import numpy as np
 from torch.utils.data import Sampler
 
 from mmpar.data.samplers._batching import plan_batches
-from mmpar.data.samplers._dataset_info import dataset_length, group_ids, image_sizes
-from mmpar.data.samplers._epoch import BatchIndexView, EpochSeeded
+from mmpar.data.samplers._dataset_info import dataset_groups
+from mmpar.data.samplers._epoch import BatchIndexView, EpochSeeded, TwoFormSampler
 from mmpar.utils.checks import check_positive_int
 
 __all__ = ["GroupSampler"]
 
 
-class GroupSampler(EpochSeeded, Sampler):
+class GroupSampler(TwoFormSampler, EpochSeeded, Sampler):
     """Draws batches whose samples all share a group id, on one process.
 
     One batch holds ``samples_per_gpu * num_gpus`` samples, all of one group, so
@@ -103,21 +103,13 @@ class GroupSampler(EpochSeeded, Sampler):
         self.size_aware = bool(size_aware)
         self.batch_sampler = bool(batch_sampler)
         self.drop_last = bool(drop_last)
-        self.num_samples = dataset_length(dataset, owner)
-        self.flag = group_ids(dataset, owner)
-        self.sizes = image_sizes(dataset, owner) if size_aware else None
-        self.group_sizes = np.bincount(np.unique(self.flag, return_inverse=True)[1].ravel())
+        self.num_samples, self.flag, self.sizes, self.group_sizes = dataset_groups(
+            dataset, owner, size_aware
+        )
         self._init_epoch(seed, owner, shuffle)
         full, short = np.divmod(self.group_sizes, self.batch_size)
         kept = int(full.sum()) * self.batch_size + (0 if self.drop_last else int(short.sum()))
         self._index_view = BatchIndexView(self, kept)
-
-    @property
-    def sampler(self) -> Sampler:
-        """The index-level sampler: this object in index form, else a
-        :class:`~mmpar.data.samplers._epoch.BatchIndexView` whose ``set_epoch``
-        is this sampler's."""
-        return self._index_view if self.batch_sampler else self
 
     def batches(self) -> List[List[int]]:
         """The batches of the current epoch, as :meth:`__iter__` yields them."""
@@ -133,11 +125,9 @@ class GroupSampler(EpochSeeded, Sampler):
 
     def __iter__(self) -> Iterator[Union[int, List[int]]]:
         batches = self.batches()
-        if self.batch_sampler:
-            if self.drop_last:
-                batches = [b for b in batches if len(b) == self.batch_size]
-            return iter(batches)
-        return iter([i for b in batches for i in b])
+        if self.batch_sampler and self.drop_last:
+            batches = [b for b in batches if len(b) == self.batch_size]
+        return self._stream(batches)
 
     def __len__(self) -> int:
         """Batches per epoch (``batch_sampler=True``) or indices per epoch."""
