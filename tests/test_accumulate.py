@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 from typing import Any, Dict, List, Optional
 
@@ -13,7 +14,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from mmpar.data_parallel import MMDataParallel
 from mmpar.distributed import MMDistributedDataParallel
-from mmpar.runner.accumulate import cumulative_iters, is_step_iter, loss_divisor
+from mmpar.runner.accumulate import cumulative_iters, is_step_iter, loss_divisor, window_open
 from mmpar.runner.lr_schedule import check_lr_config
 from mmpar.runner.optim_step import OptimizerStepper
 from mmpar.runner.train_loop import TrainState, train_one_epoch
@@ -100,10 +101,12 @@ def _relative_error(a: List[torch.Tensor], b: List[torch.Tensor]) -> float:
 
 
 def test_window_arithmetic_matches_mmcv_for_the_remainder() -> None:
-    # 7 batches, N=3: windows [0,1,2] [3,4,5] and a remainder [6] divided by 1.
+    # A run of 7 batches, N=3: windows [0,1,2] [3,4,5] and a remainder [6] divided by 1.
     assert [loss_divisor(i, 7, 3) for i in range(7)] == [3, 3, 3, 3, 3, 3, 1]
     assert [i for i in range(7) if is_step_iter(i, 7, 3)] == [2, 5, 6]
     assert [loss_divisor(i, 8, 3) for i in range(8)] == [3, 3, 3, 3, 3, 3, 2, 2]
+    # Epochs of 4: the window [3,4,5] straddles the first two, and is open after each.
+    assert [window_open(done, 8, 3) for done in (3, 4, 6, 8)] == [False, True, False, False]
     assert cumulative_iters(None) == 1
     assert cumulative_iters(dict(type="GradientCumulativeOptimizerHook", cumulative_iters=4)) == 4
 
@@ -149,6 +152,123 @@ def test_epoch_tail_shorter_than_n_steps_at_the_epoch_end() -> None:
         optimizer.step()
     expected = [p.detach() - b for p, b in zip(reference.parameters(), before)]
     assert _relative_error(got, expected) <= 1e-6
+
+
+def _train_epochs(
+    wrapped: nn.Module,
+    epochs: range,
+    total_epochs: int,
+    n: int,
+    start: int = 0,
+    step: int = 1,
+    resume: Optional[Dict[str, Any]] = None,
+) -> Dict[str, Any]:
+    """Train ``epochs`` of 3 batches of 8 samples (of 24, strided by rank), accumulating ``n``;
+    optionally resumed from ``resume``. Returns what a checkpoint after the last epoch holds."""
+    optimizer = torch.optim.SGD(wrapped.parameters(), lr=0.5, momentum=0.9)
+    loader = DataLoader(Pairs(), 8 // step, sampler=EpochSampler(SAMPLES, start, step))
+    stepper = OptimizerStepper(wrapped, optimizer, cumulative_iters=n)
+    state = TrainState(epoch=epochs[0], max_epochs=total_epochs, iters_per_epoch=len(loader))
+    state.iter = state.epoch * len(loader)
+    if resume is not None:
+        optimizer.load_state_dict(copy.deepcopy(resume["optimizer"]))  # as if read from a file
+        if resume["grads"] is not None:
+            stepper.load_pending_grads(resume["grads"])
+    logger = logging.getLogger("test_accumulate")
+    for _ in epochs:
+        train_one_epoch(
+            wrapped, loader, optimizer, state, check_lr_config(None), 0.5, logger, stepper=stepper
+        )
+    grads = stepper.pending_grads()
+    return dict(optimizer=optimizer.state_dict(), grads=grads, params=_params(wrapped))
+
+
+def _params(wrapped: nn.Module) -> List[torch.Tensor]:
+    return [p.detach().clone() for p in wrapped.parameters()]
+
+
+def test_windows_straddle_epochs_as_mmcv_counts_them() -> None:
+    # 2 epochs of 3 batches of 8 with N=2: steps on batches (0,1), (2, next epoch's 0), (1,2).
+    model = Regressor()
+    got = _train_epochs(MMDataParallel(model, device_ids=["cpu"]), range(2), 2, 2)["params"]
+    reference = Regressor()
+    optimizer = torch.optim.SGD(reference.parameters(), lr=0.5, momentum=0.9)
+    data = Pairs()
+    for first, second in (((0, 8), (8, 16)), ((16, 24), (0, 8)), ((8, 16), (16, 24))):
+        optimizer.zero_grad()
+        for lo, hi in (first, second):
+            (reference(data.x[lo:hi], data.y[lo:hi]) / 2).backward()
+        optimizer.step()
+    assert _relative_error(got, _params(reference)) <= 1e-6
+
+
+def test_a_checkpoint_inside_a_window_keeps_its_gradients_and_resume_is_exact() -> None:
+    straight = Regressor()
+    wrapped = MMDataParallel(straight, device_ids=["cpu"])
+    first = _train_epochs(wrapped, range(1), 2, 2)  # 3 batches: one step, one batch pending
+    assert first["grads"] is not None and set(first["grads"]) == {
+        name for name, _ in straight.named_parameters()
+    }
+    end = _train_epochs(wrapped, range(1, 2), 2, 2, resume=first)["params"]
+    resumed = Regressor()
+    resumed.load_state_dict(dict(zip(straight.state_dict(), first["params"])))
+    wrapped = MMDataParallel(resumed, device_ids=["cpu"])
+    again = _train_epochs(wrapped, range(1, 2), 2, 2, resume=first)
+    assert all(torch.equal(a, b) for a, b in zip(again["params"], end))
+    assert again["grads"] is None  # the run ended on a step
+    # Without the gradients the window's step misses a batch: not the same parameters.
+    lost = Regressor()
+    lost.load_state_dict(dict(zip(straight.state_dict(), first["params"])))
+    partial = _train_epochs(
+        MMDataParallel(lost, device_ids=["cpu"]), range(1, 2), 2, 2, resume=dict(first, grads=None)
+    )
+    assert not all(torch.equal(a, b) for a, b in zip(partial["params"], end))
+
+
+def test_pending_gradients_of_another_model_are_refused() -> None:
+    model = Regressor()
+    stepper = OptimizerStepper(model, torch.optim.SGD(model.parameters(), lr=0.1), None, 2)
+    with pytest.raises(ValueError, match=r"accumulated_grads\['head.weight'\].*no such parameter"):
+        stepper.load_pending_grads({"head.weight": torch.zeros(2)})
+    with pytest.raises(ValueError, match=r"accumulated_grads\['net.0.bias'\].*shape \(3,\)"):
+        stepper.load_pending_grads({"net.0.bias": torch.zeros(3)})
+
+
+def _ddp_resume_worker(rank: int, world: int) -> Dict[str, Any]:
+    """Straight 2 epochs against 1 epoch, a 'checkpoint' (rank 0's copy) and a resumed one."""
+    model = Regressor()
+    ddp = MMDistributedDataParallel(model)
+    first = _train_epochs(ddp, range(1), 2, 2, start=rank, step=world)
+    # Every rank holds the mean of the ranks' pending gradients; the checkpoint keeps rank 0's.
+    saved = [None]
+    if rank == 0:
+        saved[0] = first
+    dist.broadcast_object_list(saved, src=0)
+    end = _train_epochs(ddp, range(1, 2), 2, 2, start=rank, step=world, resume=first)["params"]
+    resumed = Regressor()
+    resumed.load_state_dict(dict(zip(model.state_dict(), saved[0]["params"])))
+    again = _train_epochs(
+        MMDistributedDataParallel(resumed),
+        range(1, 2),
+        2,
+        2,
+        start=rank,
+        step=world,
+        resume=saved[0],
+    )
+    same_grads = all(torch.equal(first["grads"][k], saved[0]["grads"][k]) for k in first["grads"])
+    return dict(same_grads=same_grads, end=end, again=again["params"])
+
+
+@pytest.mark.slow
+def test_two_gloo_processes_resume_inside_a_window_exactly() -> None:
+    results = run_workers(_ddp_resume_worker, 2, timeout=120)
+    model = Regressor()
+    single = _train_epochs(MMDataParallel(model, device_ids=["cpu"]), range(2), 2, 2)["params"]
+    for result in results:
+        assert result["same_grads"]  # averaged over the ranks before saving
+        assert all(torch.equal(a, b) for a, b in zip(result["again"], result["end"]))
+        assert _relative_error(result["end"], single) <= 1e-6
 
 
 def _ddp_worker(rank: int, world: int, amp: bool) -> Dict[str, Any]:

@@ -14,7 +14,8 @@ from tests.test_tools import CONFIG, TINY, run_tool, train
 # Small and quick: width 8 (bf16 and fp16 convolutions are slow on CPUs without native support).
 SMALL = TINY + ["model.width=8"]
 # 24 images in batches of 8: 4 iterations per epoch (aspect-ratio groups are padded to whole
-# batches), so N=3 leaves a 1-batch tail each epoch.
+# batches). With N=3 the windows of the 8-iteration run are [0-2], [3-5] and the remainder
+# [6-7]: the checkpoint after epoch 1 (iter 4) falls inside a window.
 ACCUMULATE = ["optimizer_config.cumulative_iters=3"]
 # A dynamic scale that changes at every step, so that only a restored scaler resumes exactly.
 FLOAT16 = ["amp.dtype='float16'", "amp.loss_scale.init_scale=256.0"]
@@ -26,14 +27,15 @@ def _epochs(options: List[str], epochs: int) -> List[str]:
 
 
 def _assert_resume_is_exact(tmp_path: Path, options: List[str]) -> dict:
+    """Train 2 epochs; resume another run from its epoch-1 checkpoint: the same end, bit for bit."""
     train(tmp_path / "straight", "--amp", "--no-validate", options=options)
-    train(tmp_path / "split", "--amp", "--no-validate", options=_epochs(options, 1))
+    first_path = tmp_path / "straight" / "epoch_1.pth"
     proc = train(
         tmp_path / "split",
         "--amp",
         "--no-validate",
         "--resume-from",
-        str(tmp_path / "split" / "epoch_1.pth"),
+        str(first_path),
         options=options,
     )
     assert "resumed from" in proc.stdout
@@ -42,7 +44,8 @@ def _assert_resume_is_exact(tmp_path: Path, options: List[str]) -> dict:
     assert resumed["meta"]["iter"] == straight["meta"]["iter"] == 8
     for key, value in straight["state_dict"].items():
         assert torch.equal(resumed["state_dict"][key], value), key
-    return dict(straight=straight, resumed=resumed, stdout=proc.stdout)
+    first = torch.load(first_path, weights_only=True)
+    return dict(straight=straight, resumed=resumed, first=first, stdout=proc.stdout)
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +62,12 @@ def test_bf16_with_accumulation_resumes_exactly(bf16_accumulated: dict) -> None:
     assert "gradients accumulated over 3 batches per step" in stdout
     assert "amp" not in bf16_accumulated["straight"]  # bf16 needs no loss scaler
     assert bf16_accumulated["straight"]["meta"]["config_dict"]["amp"] is True
+    # Epoch 1 ended one batch into the window [3-5]: its gradient travelled in the checkpoint.
+    grads = bf16_accumulated["first"]["accumulated_grads"]
+    assert grads and all(v.dtype == torch.float32 for v in grads.values())
+    assert set(grads) <= set(bf16_accumulated["first"]["state_dict"])
+    assert "resumed inside an accumulation window: gradients of 1 batch(es)" in stdout
+    assert "accumulated_grads" not in bf16_accumulated["straight"]  # the run ends on a step
 
 
 def test_float16_resume_restores_the_loss_scaler(tmp_path: Path) -> None:

@@ -6,13 +6,12 @@ gradients of N batches, each loss divided by N, before one optimizer step: with
 losses that are means over samples, N batches of B make the step of one batch of
 N·B. Iterations (and the lr schedule, ``warmup_iters`` included) still count batches.
 
-Windows are counted within each epoch. When an epoch's length is not a multiple
-of N, its last ``len % N`` batches form a shorter window whose losses are divided
-by that remainder, and the optimizer steps at the end of the epoch. mmcv counts
-the windows over the whole run instead (carrying gradients across epochs, with
-the short window at the end of training); per-epoch windows leave no pending
-gradient in a checkpoint, so that a resumed run continues exactly. Both agree
-when the epoch length is a multiple of N.
+Windows are counted over the whole run, as mmcv's hook counts them: a window may
+straddle two epochs, and when the run's length is not a multiple of N its last
+``total % N`` batches form a shorter window whose losses are divided by that
+remainder. A checkpoint written inside a window keeps the gradients gathered so
+far (see :meth:`mmpar.runner.optim_step.OptimizerStepper.pending_grads`), so
+that a resumed run continues exactly; mmcv's hook drops them, with a warning.
 """
 
 from __future__ import annotations
@@ -21,7 +20,14 @@ from typing import Any, Mapping, Optional
 
 from mmpar.utils.checks import check_positive_int
 
-__all__ = ["CUMULATIVE_HOOKS", "cumulative_iters", "is_step_iter", "loss_divisor"]
+__all__ = [
+    "CUMULATIVE_HOOKS",
+    "cumulative_iters",
+    "is_step_iter",
+    "is_window_start",
+    "loss_divisor",
+    "window_open",
+]
 
 #: mmcv's optimizer hooks that accumulate gradients.
 CUMULATIVE_HOOKS = ("GradientCumulativeOptimizerHook", "GradientCumulativeFp16OptimizerHook")
@@ -48,22 +54,27 @@ def cumulative_iters(optimizer_config: Optional[Mapping[str, Any]]) -> int:
     return check_positive_int(value, "cumulative_iters", "optimizer_config")
 
 
-def _window(inner: int, epoch_len: int, n: int) -> int:
-    """Length of the accumulation window that holds 0-based batch ``inner`` of an epoch."""
-    full = epoch_len // n * n
-    return n if inner < full else epoch_len - full
+def _window(it: int, total: int, n: int) -> int:
+    """Length of the accumulation window that holds 0-based iteration ``it`` of a run."""
+    full = total // n * n
+    return n if it < full else total - full
 
 
-def loss_divisor(inner: int, epoch_len: int, n: int) -> int:
-    """What the loss of batch ``inner`` (0-based, in an epoch of ``epoch_len``) is divided by."""
-    return _window(inner, epoch_len, n)
+def loss_divisor(it: int, total: int, n: int) -> int:
+    """What the loss of iteration ``it`` (0-based, in a run of ``total``) is divided by."""
+    return _window(it, total, n)
 
 
-def is_step_iter(inner: int, epoch_len: int, n: int) -> bool:
-    """Whether the optimizer steps after batch ``inner``: a window's last batch."""
-    return (inner + 1) % n == 0 or inner + 1 == epoch_len
+def is_step_iter(it: int, total: int, n: int) -> bool:
+    """Whether the optimizer steps after iteration ``it``: a window's last batch."""
+    return (it + 1) % n == 0 or it + 1 == total
 
 
-def is_window_start(inner: int, n: int) -> bool:
-    """Whether batch ``inner`` opens a window (gradients are cleared before it)."""
-    return inner % n == 0
+def is_window_start(it: int, n: int) -> bool:
+    """Whether iteration ``it`` opens a window (gradients are cleared before it)."""
+    return it % n == 0
+
+
+def window_open(done: int, total: int, n: int) -> bool:
+    """Whether gradients are pending after ``done`` completed iterations of ``total``."""
+    return done % n != 0 and done < total

@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader
 from mmpar.data import build_dataloader
 from mmpar.dist import all_gather_object_list, barrier, get_dist_info
 from mmpar.models.builder import build_optimizer
+from mmpar.runner.accumulate import window_open
 from mmpar.runner.amp import autocast
 from mmpar.runner.checkpoint import (
     load_checkpoint,
@@ -117,7 +118,8 @@ def train_model(
     A checkpoint ``epoch_N.pth`` (model, optimizer, epoch, iteration, rng states,
     config) is written atomically after every ``interval`` epochs and the last
     one, and ``latest.pth`` points at it (float16 runs add ``amp``: the loss
-    scaler's state). With ``resume_from`` everything is
+    scaler's state; a checkpoint inside a gradient accumulation window adds
+    ``accumulated_grads``, the window's gradients so far). With ``resume_from`` everything is
     restored, so that the run continues exactly as an uninterrupted one with the
     same seed would.
 
@@ -199,6 +201,7 @@ def train_model(
         rng = _own_rng_state(checkpoint)
         if stepper.load_state_dict(checkpoint.get("amp")):
             logger.info(f"loss scaler restored: scale {stepper.scaler.get_scale():g}")
+        _resume_window(stepper, checkpoint.get("accumulated_grads"), state, logger)
         logger.info(f"resumed from {cfg.resume_from}: epoch {state.epoch}, iter {state.iter}")
     elif cfg.get("load_from"):
         load_checkpoint(cfg.load_from, model)
@@ -259,6 +262,40 @@ def train_model(
     return metrics
 
 
+def _resume_window(
+    stepper: OptimizerStepper,
+    grads: Optional[Mapping[str, torch.Tensor]],
+    state: TrainState,
+    logger: logging.Logger,
+) -> None:
+    """Restore the gradients of an accumulation window that the checkpoint fell inside."""
+    n = stepper.cumulative_iters
+    pending = state.iter % n
+    if window_open(state.iter, state.max_iters, n):
+        if grads:
+            stepper.load_pending_grads(grads)
+            logger.info(f"resumed inside an accumulation window: gradients of {pending} batch(es)")
+        else:
+            logger.warning(
+                f"resumed at iter {state.iter}, inside a window of cumulative_iters={n}, but the "
+                "checkpoint holds no accumulated gradients: the next step misses "
+                f"{pending} batch(es)"
+            )
+    elif grads:
+        logger.warning(
+            f"the checkpoint holds accumulated gradients, but with cumulative_iters={n} no window "
+            f"is open at iter {state.iter}: they are dropped"
+        )
+
+
+def _extra_state(
+    amp: Optional[Dict[str, Any]], grads: Optional[Dict[str, torch.Tensor]]
+) -> Optional[Dict[str, Any]]:
+    """The checkpoint's optional parts: the loss scaler, and an open window's gradients."""
+    extra = dict(amp=amp, accumulated_grads=grads)
+    return {k: v for k, v in extra.items() if v is not None} or None
+
+
 def _own_rng_state(checkpoint: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
     """This rank's saved random states: its entry of ``rng_ranks`` when the run had
     as many processes as this one, else the ``rng`` of rank 0."""
@@ -280,6 +317,7 @@ def _save(
     stepper: OptimizerStepper,
 ) -> None:
     rank, world_size = get_dist_info()
+    grads = stepper.pending_grads()  # a collective: every rank takes part
     rng_ranks = all_gather_object_list(
         get_rng_state()
     )  # every rank's streams, so each resumes its own
@@ -292,7 +330,7 @@ def _save(
             _meta(cfg, state, seed),
             rng_ranks[0],
             rng_ranks if world_size > 1 else None,
-            extra=None if stepper.state_dict() is None else dict(amp=stepper.state_dict()),
+            extra=_extra_state(stepper.state_dict(), grads),
         )
         update_latest(path)
         logger.info(f"saved checkpoint {path}")

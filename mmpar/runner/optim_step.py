@@ -13,8 +13,11 @@ import contextlib
 from typing import Any, ContextManager, Dict, Mapping, Optional
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
+from mmpar.dist import is_distributed
+from mmpar.module_wrappers import unwrap_module
 from mmpar.runner.accumulate import (
     cumulative_iters,
     is_step_iter,
@@ -56,6 +59,8 @@ class OptimizerStepper:
         self.cumulative_iters = cumulative_iters
         self.amp_dtype, self.device = amp_dtype, device
         self.scaler, self.static_scale = scaler, static_scale
+        #: Whether gradients of an unfinished window are waiting for the next step.
+        self.pending = False
 
     def _sync_context(self, step: bool) -> ContextManager[Any]:
         no_sync = getattr(self.model, "no_sync", None)
@@ -63,8 +68,8 @@ class OptimizerStepper:
             return contextlib.nullcontext()
         return no_sync()
 
-    def train_iter(self, data: Any, inner: int, epoch_len: int) -> Dict[str, Any]:
-        """Forward and backward of batch ``inner`` (0-based) of an epoch of ``epoch_len`` batches.
+    def train_iter(self, data: Any, it: int, total: int) -> Dict[str, Any]:
+        """Forward and backward of iteration ``it`` (0-based) of a run of ``total`` iterations.
 
         Returns:
             ``train_step``'s outputs, with ``loss`` in float32 (undivided: what is logged).
@@ -73,21 +78,22 @@ class OptimizerStepper:
             KeyError: ``train_step`` returned no ``loss``.
         """
         n = self.cumulative_iters
-        if is_window_start(inner, n):
+        if is_window_start(it, n):
             self.optimizer.zero_grad()
-        step = is_step_iter(inner, epoch_len, n)
+        step = is_step_iter(it, total, n)
         with self._sync_context(step):
             with autocast(self.amp_dtype, self.device):
                 outputs = self.model.train_step(data, self.optimizer)
             if "loss" not in outputs:
                 raise KeyError(f"train_step returned no 'loss' (keys: {sorted(outputs)})")
             outputs["loss"] = loss = outputs["loss"].float()
-            divisor = loss_divisor(inner, epoch_len, n)
+            divisor = loss_divisor(it, total, n)
             if divisor != 1:
                 loss = loss / divisor
             (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
         if step:
             self._step()
+        self.pending = not step
         return outputs
 
     def _step(self) -> None:
@@ -105,6 +111,48 @@ class OptimizerStepper:
     def state_dict(self) -> Optional[Dict[str, Any]]:
         """What a checkpoint keeps (the loss scaler's state), or None without a scaler."""
         return None if self.scaler is None else dict(scaler=self.scaler.state_dict())
+
+    def pending_grads(self) -> Optional[Dict[str, torch.Tensor]]:
+        """The gradients of an unfinished window, by parameter name (on the CPU), or None.
+
+        In a process group this is a collective, to be called on every rank: each
+        rank's pending gradients are first replaced by their mean over the ranks (in
+        place), so that the one copy a checkpoint keeps serves every rank on resume.
+        DDP averages the gradients at the window's last backward pass anyway, so the
+        step is the same, up to the order of the float additions.
+        """
+        if not self.pending:
+            return None
+        named = [
+            (name, p)
+            for name, p in unwrap_module(self.model).named_parameters()
+            if p.grad is not None
+        ]
+        if is_distributed():
+            world = dist.get_world_size()
+            for _, p in named:
+                dist.all_reduce(p.grad)
+                p.grad.div_(world)
+        return {name: p.grad.detach().cpu().clone() for name, p in named}
+
+    def load_pending_grads(self, grads: Mapping[str, torch.Tensor]) -> None:
+        """Put :meth:`pending_grads`' output back, so that the open window goes on.
+
+        Raises:
+            ValueError: a name that is not a parameter of the model, or a shape that
+                differs from its parameter's.
+        """
+        params = dict(unwrap_module(self.model).named_parameters())
+        for name, grad in grads.items():
+            p = params.get(name)
+            if p is None or p.shape != grad.shape:
+                found = "no such parameter" if p is None else f"parameter shape {tuple(p.shape)}"
+                raise ValueError(
+                    f"accumulated_grads[{name!r}]: expected the gradient of a parameter of the "
+                    f"model, got shape {tuple(grad.shape)} ({found})"
+                )
+            p.grad = grad.to(device=p.device, dtype=p.dtype, copy=True)  # backward adds in place
+        self.pending = True
 
     def load_state_dict(self, state: Optional[Mapping[str, Any]]) -> bool:
         """Restore :meth:`state_dict`'s output; returns whether a scaler state was loaded."""

@@ -105,7 +105,7 @@ def train_one_epoch(
         data_time = time.perf_counter() - last
         lr = scheduled_lr(base_lr, lr_config, state.epoch, state.iter, state.max_iters)
         set_lr(optimizer, lr)
-        outputs = stepper.train_iter(data, i, n)
+        outputs = stepper.train_iter(data, state.iter, state.max_iters)
         state.iter += 1
         now = time.perf_counter()
         meter.add(
