@@ -22,9 +22,9 @@ import pytest
 import torch
 
 from mmpar.runner.checkpoint import find_latest_checkpoint
+from tests.test_tools import train_args
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIG = str(ROOT / "configs" / "tiny_det" / "tiny_det_synthetic.py")
 EPOCHS = 8
 OPTIONS = [
     f"runner.max_epochs={EPOCHS}",
@@ -36,25 +36,8 @@ OPTIONS = [
 RUN_TIMEOUT = 120
 
 
-# Resumed and uninterrupted runs are compared bit for bit: on a GPU that needs --deterministic.
-BITWISE = ["--deterministic"] if torch.cuda.is_available() else []
-
-
 def _command(work_dir: Path, *extra: str) -> List[str]:
-    return [
-        sys.executable,
-        "tools/train.py",
-        CONFIG,
-        "--work-dir",
-        str(work_dir),
-        "--seed",
-        "3",
-        "--no-validate",
-        *BITWISE,
-        *extra,
-        "--cfg-options",
-        *OPTIONS,
-    ]
+    return [sys.executable, *train_args(work_dir, "--no-validate", *extra, options=OPTIONS)]
 
 
 def _env() -> Dict[str, str]:

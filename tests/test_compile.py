@@ -17,6 +17,7 @@ from mmpar.runner.compile import CompileMonitor, compile_model, resolve_compile
 from mmpar.runner.inference import single_gpu_test
 from mmpar.runner.rng import set_random_seed
 from tests._dist_helpers import run_workers
+from tests._training import step_losses
 
 EAGER = dict(targets=None, backend="eager")  # dynamo only: quick, and recompiles the same
 
@@ -133,15 +134,7 @@ def _losses(compiled: bool, steps: int = 3) -> List[float]:
     batches = list(build_dataloader(dataset, 2, 0, dist=False, shuffle=False))
     if compiled:
         compile_model(model, dict(targets=None))  # inductor, the default backend
-    losses = []
-    for _ in range(steps):
-        for data in batches:
-            out = wrapped.train_step(data, optimizer)
-            optimizer.zero_grad()
-            out["loss"].backward()
-            optimizer.step()
-            losses.append(float(out["loss"].detach()))
-    return losses
+    return step_losses(wrapped, optimizer, batches * steps)
 
 
 @pytest.mark.slow

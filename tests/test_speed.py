@@ -16,6 +16,7 @@ from mmpar.data_parallel import MMDataParallel
 from mmpar.models import build_model
 from mmpar.runner.rng import set_random_seed
 from mmpar.runner.speed import apply_speed_options, check_flag
+from tests._training import step_losses
 from tests.test_tools import TINY, train
 
 LOGGER = logging.getLogger("mmpar.test_speed")
@@ -57,13 +58,7 @@ def _losses(channels_last: bool) -> List[float]:
     dataset = build_dataset(dict(type="SyntheticShapes", num_samples=4, min_size=48, max_size=80))
     loader = DataLoader(dataset, batch_size=2, collate_fn=lambda b: collate(b, samples_per_gpu=2))
     set_random_seed(1)  # the same flips for both layouts
-    losses = []
-    for data in loader:
-        out = wrapped.train_step(data, optimizer)
-        optimizer.zero_grad()
-        out["loss"].backward()
-        optimizer.step()
-        losses.append(float(out["loss"].detach()))
+    losses = step_losses(wrapped, optimizer, loader)
     assert seen and all(seen) == channels_last  # the batch images arrive in that layout
     # Keys and shapes are the eager model's: the checkpoint loads in a contiguous model.
     build_model(dict(type="TinyDet", width=8)).load_state_dict(model.state_dict())

@@ -63,24 +63,26 @@ BITWISE = ["--deterministic"] if torch.cuda.is_available() else []
 GLOO = [] if torch.cuda.device_count() >= 2 else ["dist_params.backend='gloo'"]
 
 
+def train_args(work_dir: Path, *extra: str, options: List[str] = TINY) -> List[str]:
+    """``tools/train.py`` arguments of the tool tests' runs: seed 3, bit-exact where needed."""
+    return [
+        "tools/train.py",
+        CONFIG,
+        "--work-dir",
+        str(work_dir),
+        "--seed",
+        "3",
+        *BITWISE,
+        *extra,
+        "--cfg-options",
+        *options,
+    ]
+
+
 def train(
     work_dir: Path, *extra: str, options: List[str] = TINY, check: bool = True
 ) -> subprocess.CompletedProcess:
-    return run_tool(
-        [
-            "tools/train.py",
-            CONFIG,
-            "--work-dir",
-            str(work_dir),
-            "--seed",
-            "3",
-            *BITWISE,
-            *extra,
-            "--cfg-options",
-            *options,
-        ],
-        check=check,
-    )
+    return run_tool(train_args(work_dir, *extra, options=options), check=check)
 
 
 def json_records(work_dir: Path) -> List[dict]:

@@ -54,15 +54,11 @@ def cumulative_iters(optimizer_config: Optional[Mapping[str, Any]]) -> int:
     return check_positive_int(value, "cumulative_iters", "optimizer_config")
 
 
-def _window(it: int, total: int, n: int) -> int:
-    """Length of the accumulation window that holds 0-based iteration ``it`` of a run."""
+def loss_divisor(it: int, total: int, n: int) -> int:
+    """What the loss of iteration ``it`` (0-based, in a run of ``total``) is divided by:
+    the length of its window, N, or the remainder ``total % N`` for the last one."""
     full = total // n * n
     return n if it < full else total - full
-
-
-def loss_divisor(it: int, total: int, n: int) -> int:
-    """What the loss of iteration ``it`` (0-based, in a run of ``total``) is divided by."""
-    return _window(it, total, n)
 
 
 def is_step_iter(it: int, total: int, n: int) -> bool:
