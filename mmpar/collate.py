@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, List
+from typing import Any, List, Optional, Tuple
 
 import numpy as np
 import torch
 from torch.utils.data import default_collate
 
-from mmpar._structures import child_path, is_namedtuple, rebuild_mapping
+from mmpar._structures import child_path, is_namedtuple, map_structure, rebuild_mapping
+from mmpar.batch_buffer import BatchBuffer, bufferable, strip
+from mmpar.batch_layout import BatchLayout, Claim
 from mmpar.data_container import DataContainer, as_container, container_classes
-from mmpar.stacking import pad_stack
-from mmpar.type_handlers import get_handler
+from mmpar.stacking import fill_stack, pad_stack, plan_stack
+from mmpar.type_handlers import get_handler, is_registered
 from mmpar.utils.checks import is_int
 
 __all__ = ["collate"]
@@ -33,7 +35,13 @@ def collate(batch: Sequence[Any], samples_per_gpu: int = 1) -> Any:
       up to ``size_divisor``) with its own ``padding_value``;
     * neither: the list of the chunk's tensors.
 
-    The result keeps every flag of the first sample. Lists and tuples are collated
+    The result keeps every flag of the first sample. The tensors of every
+    container that is not ``cpu_only`` (plain, dense CPU tensors) are laid out in
+    one :class:`~mmpar.batch_buffer.BatchBuffer` for the whole batch, one aligned
+    region per chunk and field, and the containers hold views of it that never
+    overlap (see :attr:`DataContainer.buffer`): inside a DataLoader worker that
+    buffer is one shared-memory storage, so the batch leaves the worker in one
+    piece. Lists and tuples are collated
     position by position into lists (namedtuples keep their type), mappings key by
     key, strings into lists of strings, registered types (see
     :func:`mmpar.register_type`) with their ``collate`` hook, and anything else
@@ -67,17 +75,48 @@ def collate(batch: Sequence[Any], samples_per_gpu: int = 1) -> Any:
         )
     if samples_per_gpu < 1:
         raise ValueError(f"collate: samples_per_gpu must be >= 1, got {samples_per_gpu}")
-    return _collate(list(batch), samples_per_gpu, "")
+    layout = BatchLayout(-(-len(batch) // samples_per_gpu))
+    out = _collate(list(batch), samples_per_gpu, "", layout)
+    buffer = layout.build()
+    if buffer is None:
+        return map_structure(out, _resolve_plain, is_leaf=is_registered)
+    return map_structure(out, lambda x: _resolve(x, buffer), is_leaf=is_registered)
+
+
+class _Pending:
+    """Stands in for a container until the batch's buffer is built."""
+
+    __slots__ = ("template", "chunks")
+
+    def __init__(self, template: DataContainer, chunks: List[Any]) -> None:
+        self.template = template
+        self.chunks = chunks  # per chunk: (its Claim or None, its data outside the buffer)
+
+
+def _resolve(x: Any, buffer: BatchBuffer) -> Any:
+    if not isinstance(x, _Pending):
+        return x
+    specs = [None if claim is None else claim.spec for claim, _ in x.chunks]
+    if all(spec is None for spec in specs):
+        return _resolve_plain(x)
+    raws = [strip(data, spec) for (_, data), spec in zip(x.chunks, specs)]
+    return x.template.with_buffer(buffer, specs, raws)
+
+
+def _resolve_plain(x: Any) -> Any:
+    if not isinstance(x, _Pending):
+        return x
+    return x.template.with_data([data for _, data in x.chunks])
 
 
 def _name(path: str) -> str:
     return f"collate: field {path!r}" if path else "collate: samples"
 
 
-def _collate(samples: List[Any], samples_per_gpu: int, path: str) -> Any:
+def _collate(samples: List[Any], samples_per_gpu: int, path: str, layout: BatchLayout) -> Any:
     elem = samples[0]
     if isinstance(elem, DataContainer) or as_container(elem) is not None:
-        return _collate_containers(samples, samples_per_gpu, path)
+        return _collate_containers(samples, samples_per_gpu, path, layout)
     _check_same_kind(samples, path)
     handler = get_handler(elem)
     if handler is not None:
@@ -85,9 +124,9 @@ def _collate(samples: List[Any], samples_per_gpu: int, path: str) -> Any:
     if isinstance(elem, (str, bytes)):
         return list(samples)
     if isinstance(elem, Mapping):
-        return _collate_mappings(samples, samples_per_gpu, path)
+        return _collate_mappings(samples, samples_per_gpu, path, layout)
     if isinstance(elem, Sequence):
-        return _collate_sequences(samples, samples_per_gpu, path)
+        return _collate_sequences(samples, samples_per_gpu, path, layout)
     return _default_collate(samples, path)
 
 
@@ -118,7 +157,9 @@ def _check_same_kind(samples: List[Any], path: str) -> None:
             )
 
 
-def _collate_containers(samples: List[Any], samples_per_gpu: int, path: str) -> DataContainer:
+def _collate_containers(
+    samples: List[Any], samples_per_gpu: int, path: str, layout: BatchLayout
+) -> Any:
     """Collate one field; ``samples`` (our own list) may hold mmcv's containers, adopted."""
     for i, s in enumerate(samples):
         if not isinstance(s, DataContainer):
@@ -138,19 +179,45 @@ def _collate_containers(samples: List[Any], samples_per_gpu: int, path: str) -> 
                     f"{getattr(elem, flag)!r}, sample {i} has {getattr(s, flag)!r}"
                 )
     chunks = [samples[i : i + samples_per_gpu] for i in range(0, len(samples), samples_per_gpu)]
-    if elem.cpu_only or not elem.stack:
+    if elem.cpu_only:
         return elem.with_data([[s.data for s in chunk] for chunk in chunks])
-    stacked = [
-        pad_stack(
-            [s.data for s in chunk],
-            elem.pad_dims,
-            [s.padding_value for s in chunk],
-            elem.size_divisor,
-            field=_chunk_name(path, c, c * samples_per_gpu, len(chunk)),
-        )
-        for c, chunk in enumerate(chunks)
-    ]
-    return elem.with_data(stacked)
+    if not elem.stack:
+        lists = [[s.data for s in chunk] for chunk in chunks]
+        return _Pending(elem, [(layout.claim_list(c, data), data) for c, data in enumerate(lists)])
+    return _Pending(
+        elem,
+        [
+            _claim_stack(
+                elem,
+                [s.data for s in chunk],
+                [s.padding_value for s in chunk],
+                c,
+                layout,
+                _chunk_name(path, c, c * samples_per_gpu, len(chunk)),
+            )
+            for c, chunk in enumerate(chunks)
+        ],
+    )
+
+
+def _claim_stack(
+    elem: DataContainer,
+    tensors: List[Any],
+    values: List[Any],
+    chunk: int,
+    layout: BatchLayout,
+    field: str,
+) -> Tuple[Optional[Claim], Any]:
+    """Claim a chunk's padded stack in the buffer, or stack it now when its tensors
+    cannot live there (on a GPU, tracking gradients)."""
+    if not all(map(bufferable, tensors)):
+        return None, pad_stack(tensors, elem.pad_dims, values, elem.size_divisor, field=field)
+    shape, fills = plan_stack(tensors, elem.pad_dims, values, elem.size_divisor, field=field)
+    pad_dims = elem.pad_dims
+    claim = layout.claim_stack(
+        chunk, shape, tensors[0].dtype, lambda out: fill_stack(out, tensors, pad_dims, fills)
+    )
+    return claim, None
 
 
 def _chunk_name(path: str, chunk: int, start: int, size: int) -> str:
@@ -158,7 +225,9 @@ def _chunk_name(path: str, chunk: int, start: int, size: int) -> str:
     return f"{_name(path)} (chunk {chunk}: batch samples {start}..{start + size - 1})"
 
 
-def _collate_mappings(samples: List[Mapping], samples_per_gpu: int, path: str) -> Mapping:
+def _collate_mappings(
+    samples: List[Mapping], samples_per_gpu: int, path: str, layout: BatchLayout
+) -> Mapping:
     elem = samples[0]
     keys = list(elem)
     for i, s in enumerate(samples):
@@ -172,13 +241,15 @@ def _collate_mappings(samples: List[Mapping], samples_per_gpu: int, path: str) -
     return rebuild_mapping(
         elem,
         (
-            (k, _collate([s[k] for s in samples], samples_per_gpu, child_path(path, k)))
+            (k, _collate([s[k] for s in samples], samples_per_gpu, child_path(path, k), layout))
             for k in keys
         ),
     )
 
 
-def _collate_sequences(samples: List[Sequence], samples_per_gpu: int, path: str) -> Any:
+def _collate_sequences(
+    samples: List[Sequence], samples_per_gpu: int, path: str, layout: BatchLayout
+) -> Any:
     elem = samples[0]
     for i, s in enumerate(samples):
         if len(s) != len(elem):
@@ -187,7 +258,7 @@ def _collate_sequences(samples: List[Sequence], samples_per_gpu: int, path: str)
                 f"sample 0 has {len(elem)}, sample {i} has {len(s)}"
             )
     columns = [
-        _collate([s[j] for s in samples], samples_per_gpu, child_path(path, j))
+        _collate([s[j] for s in samples], samples_per_gpu, child_path(path, j), layout)
         for j in range(len(elem))
     ]
     if is_namedtuple(elem):

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import operator
 import sys
-from typing import Any, Callable, Optional, Tuple, Union
+from typing import Any, Callable, Optional, Sequence, Tuple, Union
 
 import torch
 
+from mmpar.batch_buffer import BatchBuffer, Slot, Spec, chunk_data, matches, strip
 from mmpar.pinning import pin_structure
 from mmpar.utils.checks import is_int, is_number
 
@@ -54,6 +55,11 @@ class DataContainer:
 
     After :func:`mmpar.collate`, ``data`` is a list with one entry per chunk of
     ``samples_per_gpu`` samples, and the flags are those of the first sample.
+    The tensors of a collated batch are views of one
+    :class:`~mmpar.batch_buffer.BatchBuffer` (see :attr:`buffer`), which is how
+    the batch is pickled, pinned and scattered: one storage, one copy. Writing a
+    view in place writes the batch; a view never overlaps another. Keeping one
+    view alive keeps the whole batch's storage alive: ``.clone()`` what you keep.
 
     Args:
         data: The wrapped value: a tensor, a list of tensors, a dict of metadata...
@@ -72,7 +78,18 @@ class DataContainer:
         TypeError: ``padding_value`` that is not a number.
     """
 
-    __slots__ = ("_data", "_stack", "_padding_value", "_cpu_only", "_pad_dims", "_size_divisor")
+    __slots__ = (
+        "_data",
+        "_stack",
+        "_padding_value",
+        "_cpu_only",
+        "_pad_dims",
+        "_size_divisor",
+        "_buffer",
+        "_specs",
+        "_built",
+    )
+    _FLAGS = ("_data", "_stack", "_padding_value", "_cpu_only", "_pad_dims", "_size_divisor")
 
     def __init__(
         self,
@@ -107,14 +124,29 @@ class DataContainer:
         self._cpu_only = bool(cpu_only)
         self._pad_dims = pad_dims
         self._size_divisor = size_divisor
+        self._buffer: Optional[BatchBuffer] = None
+        self._specs: Tuple[Spec, ...] = ()
+        self._built: Tuple[Any, ...] = ()
 
     # Pickling: __slots__ classes need explicit state (DataLoader workers pickle us).
+    # A buffered container sends its buffer (one storage, shared through pickle's
+    # memo by every container of the batch) and the specs, not its views.
     def __getstate__(self) -> tuple:
-        return tuple(getattr(self, name) for name in self.__slots__)
+        state = tuple(getattr(self, name) for name in self._FLAGS)
+        buffered = self.buffer
+        if buffered is None:
+            return state
+        buffer, specs = buffered
+        raws = [strip(d, s) for d, s in zip(self._data, specs)]
+        return (raws,) + state[1:] + (buffer, specs)
 
     def __setstate__(self, state: tuple) -> None:
-        for name, value in zip(self.__slots__, state):
+        for name, value in zip(self._FLAGS, state):
             object.__setattr__(self, name, value)
+        self._buffer, self._specs, self._built = None, (), ()
+        if len(state) > len(self._FLAGS):
+            buffer, specs = state[len(self._FLAGS) :]
+            self._attach(buffer, specs, chunk_data(buffer, specs, self._data))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._data!r})"
@@ -183,15 +215,59 @@ class DataContainer:
             size_divisor=self._size_divisor,
         )
 
+    def with_buffer(
+        self, buffer: BatchBuffer, specs: Sequence[Spec], raws: Sequence[Any]
+    ) -> "DataContainer":
+        """A container with the same flags whose data is cut from ``buffer``.
+
+        Args:
+            buffer: The batch's buffer.
+            specs: Where each chunk's data sits in its chunk's bytes (``None``: not
+                in the buffer).
+            raws: Each chunk's data outside the buffer (see
+                :func:`~mmpar.batch_buffer.strip`).
+        """
+        out = self.with_data(None)
+        out._attach(buffer, specs, chunk_data(buffer, specs, raws))
+        return out
+
+    def _attach(self, buffer: BatchBuffer, specs: Sequence[Spec], data: list) -> None:
+        self._data = data
+        self._buffer, self._specs = buffer, tuple(specs)
+        self._built = tuple(
+            d if isinstance(s, Slot) or s is None else tuple(d) for d, s in zip(data, specs)
+        )
+
+    @property
+    def buffer(self) -> Optional[Tuple[BatchBuffer, Tuple[Spec, ...]]]:
+        """``(buffer, specs)`` when :func:`mmpar.collate` laid this container's tensors
+        out in one :class:`~mmpar.batch_buffer.BatchBuffer` and ``data`` still holds
+        the views it cut (the same tensors in the same lists); else None, and the
+        container is pickled, pinned and moved tensor by tensor."""
+        if self._buffer is None:
+            return None
+        data = self._data
+        if type(data) is not list or len(data) != len(self._specs):
+            return None
+        if all(map(matches, data, self._built, self._specs)):
+            return self._buffer, self._specs
+        return None
+
     def pin_memory(self) -> "DataContainer":
         """A container whose tensors (and registered types) sit in pinned memory.
 
-        ``cpu_only`` data is returned as it is. ``DataLoader(pin_memory=True)``
-        calls this on every container of a batch.
+        ``cpu_only`` data is returned as it is. A buffered container pins its
+        batch's buffer, once for all the batch's containers, in one copy.
+        ``DataLoader(pin_memory=True)`` calls this on every container of a batch.
         """
         if self._cpu_only:
             return self
-        return self.with_data(pin_structure(self._data))
+        buffered = self.buffer
+        if buffered is None:
+            return self.with_data(pin_structure(self._data))
+        buffer, specs = buffered
+        raws = [pin_structure(strip(d, s)) for d, s in zip(self._data, specs)]
+        return self.with_buffer(buffer.pinned(), specs, raws)
 
 
 #: Where mmcv 1.x keeps its DataContainer. Looked up in ``sys.modules`` only:

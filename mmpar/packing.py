@@ -12,7 +12,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
 
-__all__ = ["PACK_ALIGN", "TensorGroup", "pack", "packed_copy", "unpack"]
+__all__ = ["PACK_ALIGN", "TensorGroup", "cat_rows", "pack", "packed_copy", "unpack"]
 
 #: Byte alignment of each packed tensor, enough for any dtype's ``view``.
 PACK_ALIGN = 64
@@ -72,7 +72,7 @@ class TensorGroup:
 _SERIAL_CAT = 32767
 
 
-def _cat_rows(
+def cat_rows(
     tensors: List[torch.Tensor], sizes: List[int], per_row: int, out: torch.Tensor
 ) -> None:
     """``torch.cat(tensors, out=out)`` in pieces small enough for its serial kernel (many
@@ -120,7 +120,7 @@ def packed_copy(
         if group.trailing is None:
             torch.stack(group.tensors, out=dst)
         else:
-            _cat_rows(group.tensors, sizes, per_row, dst.view((rows,) + group.trailing))
+            cat_rows(group.tensors, sizes, per_row, dst.view((rows,) + group.trailing))
     on_device = host.to(device, non_blocking=True)
     for group, sizes, rows, per_row, start, nbytes in plan:
         src = on_device[start : start + nbytes].view(group.dtype)

@@ -17,7 +17,8 @@ from mmpar._structures import (
     map_structure,
     rebuild_mapping,
 )
-from mmpar.data_container import as_container
+from mmpar.batch_buffer import BatchBuffer, Spec, cut, strip
+from mmpar.data_container import DataContainer, as_container
 from mmpar.devices import Target, resolve_targets
 from mmpar.transfer import BatchedTransfer, map_tensors, move
 from mmpar.type_handlers import get_handler
@@ -45,6 +46,17 @@ class _PendingList:
         self.stop = stop
 
 
+class _PendingCut:
+    """Stands in for a buffered container chunk until its bytes' copy is ordered before use."""
+
+    __slots__ = ("data", "spec", "raw")
+
+    def __init__(self, data: torch.Tensor, spec: Spec, raw: Any) -> None:
+        self.data = data
+        self.spec = spec
+        self.raw = raw
+
+
 class _Target:
     """One target of a scatter: moves (or, on CUDA, collects) the tensors bound for it."""
 
@@ -52,6 +64,7 @@ class _Target:
         self.device = device
         self.dtype = dtype
         self.transfer: Optional[BatchedTransfer] = None
+        self._copies: Dict[Tuple[int, int], Tuple[BatchBuffer, torch.Tensor]] = {}
 
     def _transfer(self) -> BatchedTransfer:
         if self.transfer is None:
@@ -72,22 +85,40 @@ class _Target:
                 return _PendingList(start, start + len(obj))
         return map_tensors(obj, self.move, self.device, numpy_too=True)
 
+    def move_chunk(self, dc: DataContainer, index: int, chunk: Any) -> Any:
+        """Move container ``dc``'s chunk ``index``: on a CUDA target, a buffered chunk's
+        bytes go in one copy (shared by every container of the batch) and its views
+        are cut on the device; anything else as :meth:`move_tree`."""
+        buffered = dc.buffer if self.device.type == "cuda" else None
+        spec = None if buffered is None else buffered[1][index]
+        if spec is None:
+            return self.move_tree(chunk)
+        buffer = buffered[0]
+        key = (id(buffer), index)
+        copied = self._copies.get(key)
+        if copied is None:
+            copied = self._copies[key] = (buffer, self._transfer().add_bytes(buffer.chunk(index)))
+        raw = strip(chunk, spec)
+        return _PendingCut(copied[1], spec, None if raw is None else self.move_tree(raw))
+
     def finish(self, obj: Any) -> Any:
         if self.transfer is None:
             return obj
         moved = self.transfer.finish()
-        self.transfer = None
-        return _fill(obj, moved)
+        self.transfer, self._copies = None, {}
+        return _fill(obj, moved, self.dtype)
 
 
-def _fill(obj: Any, moved: List[torch.Tensor]) -> Any:
-    """Replace every :class:`_Pending` in ``obj``; unchanged parts keep their identity."""
+def _fill(obj: Any, moved: List[torch.Tensor], dtype: Optional[torch.dtype]) -> Any:
+    """Replace every placeholder in ``obj``; unchanged parts keep their identity."""
 
     def leaf(x: Any) -> Any:
         if isinstance(x, _Pending):
             return moved[x.index]
         if isinstance(x, _PendingList):
             return moved[x.start : x.stop]
+        if isinstance(x, _PendingCut):
+            return cut(x.data, x.spec, _fill(x.raw, moved, dtype), dtype)
         return x
 
     return map_structure(obj, leaf)
@@ -110,7 +141,7 @@ def _split(obj: Any, plan: Plan, targets: List[_Target], path: str) -> Optional[
         chunks = container_chunks(dc)
         if dc.cpu_only:
             return chunks
-        return [target.move_tree(c) for target, c in zip(targets, chunks)]
+        return [target.move_chunk(dc, i, c) for i, (target, c) in enumerate(zip(targets, chunks))]
     handler = get_handler(obj)
     if handler is not None:
         if plan.n == 1:

@@ -10,7 +10,15 @@ from typing import List, Optional, Sequence, Tuple, Union
 import torch
 import torch.utils.data
 
-__all__ = ["round_up", "padded_shape", "pad_stack", "empty_shared", "empty_large"]
+__all__ = [
+    "round_up",
+    "padded_shape",
+    "plan_stack",
+    "fill_stack",
+    "pad_stack",
+    "empty_shared",
+    "empty_large",
+]
 
 #: Batches of at least this many bytes are allocated in transparent huge pages.
 HUGE_PAGE_MIN_BYTES = 8 << 20
@@ -148,6 +156,60 @@ def _fill_value(value: Number, dtype: torch.dtype, field: str, i: int) -> Number
     return int(value)
 
 
+def plan_stack(
+    tensors: Sequence[torch.Tensor],
+    pad_dims: Optional[int],
+    padding_values: Union[Number, Sequence[Number]] = 0,
+    size_divisor: Optional[int] = None,
+    field: str = "tensors",
+) -> Tuple[Tuple[int, ...], List[Number]]:
+    """Check that tensors can be padded and stacked, and say how.
+
+    Arguments as :func:`pad_stack`.
+
+    Returns:
+        ``(shape, values)``: the stacked shape ``(N, *lead, p_1, ..., p_k)`` and
+        each sample's padding value as its dtype holds it.
+
+    Raises:
+        As :func:`pad_stack`.
+    """
+    if len(tensors) == 0:
+        raise ValueError(f"{field}: nothing to stack, got no tensors")
+    _check_stackable(tensors, pad_dims, field)
+    if isinstance(padding_values, numbers.Real):
+        padding_values = [padding_values] * len(tensors)
+    elif len(padding_values) != len(tensors):
+        raise ValueError(
+            f"{field}: padding_values must be one number or one per sample, got "
+            f"{len(padding_values)} values for {len(tensors)} samples"
+        )
+    dtype = tensors[0].dtype
+    values = [_fill_value(v, dtype, field, i) for i, v in enumerate(padding_values)]
+    shape = (len(tensors),) + padded_shape([t.shape for t in tensors], pad_dims, size_divisor)
+    return shape, values
+
+
+def fill_stack(
+    out: torch.Tensor,
+    tensors: Sequence[torch.Tensor],
+    pad_dims: Optional[int],
+    values: Sequence[Number],
+) -> None:
+    """Write each tensor into its corner of ``out`` and fill only the margins.
+
+    Args:
+        out: The stacked tensor, of the shape :func:`plan_stack` gave.
+        tensors: The ``N`` samples.
+        pad_dims: As :func:`pad_stack`.
+        values: One padding value per sample, as :func:`plan_stack` gave them.
+    """
+    k = 0 if pad_dims is None else pad_dims
+    for sample, t, value in zip(out, tensors, values):
+        _fill_margins(sample, t.shape, k, value)
+        sample[tuple(slice(0, s) for s in t.shape)].copy_(t)
+
+
 def pad_stack(
     tensors: Sequence[torch.Tensor],
     pad_dims: Optional[int],
@@ -182,29 +244,15 @@ def pad_stack(
             dtype cannot hold (out of range or not an integer for integer and
             bool dtypes, overflowing for floating ones).
     """
-    if len(tensors) == 0:
-        raise ValueError(f"{field}: nothing to stack, got no tensors")
-    _check_stackable(tensors, pad_dims, field)
-    if isinstance(padding_values, numbers.Real):
-        padding_values = [padding_values] * len(tensors)
-    elif len(padding_values) != len(tensors):
-        raise ValueError(
-            f"{field}: padding_values must be one number or one per sample, got "
-            f"{len(padding_values)} values for {len(tensors)} samples"
-        )
+    shape, values = plan_stack(tensors, pad_dims, padding_values, size_divisor, field)
     first = tensors[0]
-    padding_values = [_fill_value(v, first.dtype, field, i) for i, v in enumerate(padding_values)]
-    shape = (len(tensors),) + padded_shape([t.shape for t in tensors], pad_dims, size_divisor)
     if first.device.type == "cpu" and torch.utils.data.get_worker_info() is not None:
         out = empty_shared(shape, first.dtype)
     elif first.device.type == "cpu":
         out = empty_large(shape, first.dtype)
     else:
         out = torch.empty(shape, dtype=first.dtype, device=first.device)
-    k = 0 if pad_dims is None else pad_dims
-    for sample, t, value in zip(out, tensors, padding_values):
-        _fill_margins(sample, t.shape, k, value)
-        sample[tuple(slice(0, s) for s in t.shape)].copy_(t)
+    fill_stack(out, tensors, pad_dims, values)
     return out
 
 

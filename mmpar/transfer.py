@@ -107,6 +107,24 @@ class BatchedTransfer:
             self._copied.append(moved)
         return index
 
+    def add_bytes(self, data: torch.Tensor) -> torch.Tensor:
+        """Start copying one batch buffer's bytes (1-D ``uint8``, on the CPU) to the device.
+
+        Pinned bytes go in one asynchronous copy. Unpinned ones of at most
+        :data:`PACK_LIMIT` bytes are pinned first (one host copy) so that the
+        copy stays asynchronous; larger ones are copied as they are.
+
+        Returns:
+            The device copy, to cut views from at once; its contents may be read
+            on the current stream once :meth:`finish` has ordered the streams.
+        """
+        if not data.is_pinned() and data.nbytes <= PACK_LIMIT:
+            data = pin_tensor(data)
+        with torch.cuda.device(self.device), torch.cuda.stream(self._stream):
+            moved = data.to(self.device, non_blocking=True)
+        self._copied.append(moved)
+        return moved
+
     def add_group(self, tensors: List[Any]) -> Optional[int]:
         """Register a list of small CPU tensors of one dtype and one trailing shape (a
         container's per-image boxes or labels) as one group, looking at each tensor once.

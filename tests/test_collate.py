@@ -92,7 +92,13 @@ def test_non_stacked_tensors_stay_a_list_of_the_samples_tensors() -> None:
     labels = [torch.arange(i) for i in range(3)]
     out = collate([DataContainer(t) for t in labels], 3)
     assert isinstance(out.data, list) and len(out.data) == 1
-    assert all(a is b for a, b in zip(out.data[0], labels))
+    assert len(out.data[0]) == 3
+    for got, label in zip(out.data[0], labels):
+        assert got.dtype == label.dtype and torch.equal(got, label)
+    # The chunk's tensors are views of the batch's one buffer, not the samples' own.
+    buffer, _ = out.buffer
+    base = buffer.data.untyped_storage().data_ptr()
+    assert all(t.untyped_storage().data_ptr() == base for t in out.data[0])
 
 
 # ---------------------------------------------------------------- stacking

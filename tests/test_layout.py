@@ -20,6 +20,8 @@ ROOT = Path(__file__).resolve().parents[1] / "mmpar"
 CORE = {
     "_scatter_plan",
     "_structures",
+    "batch_buffer",
+    "batch_layout",
     "collate",
     "data_container",
     "device_norm",
