@@ -43,11 +43,31 @@ def needs_device_norm(img_metas: Any) -> bool:
     return isinstance(cfg, Mapping) and bool(cfg.get("on_device", False))
 
 
+#: Device copies of the constants (means, stds, padding values), by device and value.
+_CONSTANTS: Dict[Tuple[Any, ...], torch.Tensor] = {}
+_MAX_CONSTANTS = 256
+
+
+def _to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``host`` on ``device`` without making the host wait for the GPU: on CUDA, through
+    pinned memory in one asynchronous copy, ordered on the current stream."""
+    if device.type != "cuda":
+        return host.to(device)
+    return host.pin_memory().to(device, non_blocking=True)
+
+
 def _column(values: Sequence[Sequence[float]], device: torch.device) -> torch.Tensor:
-    """``(N, C)`` numbers as an ``(N, C, 1, 1)`` float32 tensor on ``device``."""
-    return torch.tensor([[float(v) for v in row] for row in values], dtype=torch.float32).to(
-        device
-    )[:, :, None, None]
+    """``(N, C)`` numbers as an ``(N, C, 1, 1)`` float32 tensor on ``device``, copied
+    there once per device and value (a constant: a mean, a std, a padding value)."""
+    rows = tuple(tuple(float(v) for v in row) for row in values)
+    key = (device, rows)
+    cached = _CONSTANTS.get(key)
+    if cached is None:
+        if len(_CONSTANTS) >= _MAX_CONSTANTS:
+            _CONSTANTS.clear()
+        host = torch.tensor(rows, dtype=torch.float32)[:, :, None, None]
+        cached = _CONSTANTS[key] = _to_device(host, device)
+    return cached
 
 
 def normalize_images(img: torch.Tensor, img_metas: Sequence[Mapping[str, Any]]) -> torch.Tensor:
@@ -87,7 +107,7 @@ def normalize_images(img: torch.Tensor, img_metas: Sequence[Mapping[str, Any]]) 
     if all(swap):
         x = x.flip(1)
     elif any(swap):
-        index = torch.tensor([i for i, s in enumerate(swap) if s], device=device)
+        index = _to_device(torch.tensor([i for i, s in enumerate(swap) if s]), device)
         x = x.index_copy(0, index, x.index_select(0, index).flip(1))
     same = all(
         cfg is cfgs[0]
@@ -105,11 +125,11 @@ def normalize_images(img: torch.Tensor, img_metas: Sequence[Mapping[str, Any]]) 
     pad_hw = [tuple(meta.get("pad_shape") or hw)[:2] for meta, hw in zip(img_metas, norm_hw)]
     if all(nh >= h and nw >= w for nh, nw in norm_hw):
         return x  # no margin anywhere
-    rows = torch.arange(h, device=device)[None, None, :, None]
+    rows = torch.arange(h, device=device)[None, None, :, None]  # no copy: made on the device
     cols = torch.arange(w, device=device)[None, None, None, :]
 
     def inside(hw: List[Tuple[int, int]]) -> torch.Tensor:
-        bounds = torch.tensor(hw, dtype=torch.int64).to(device)
+        bounds = _to_device(torch.tensor(hw, dtype=torch.int64), device)
         return (rows < bounds[:, 0, None, None, None]) & (cols < bounds[:, 1, None, None, None])
 
     pad_val = _column([[cfg.get("pad_val", 0)] for cfg in cfgs], device)
