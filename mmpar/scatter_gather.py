@@ -17,7 +17,7 @@ from mmpar._structures import (
     map_structure,
     rebuild_mapping,
 )
-from mmpar.batch_buffer import BatchBuffer, Spec, cut, strip
+from mmpar.batch_buffer import BatchBuffer, Rows, Slot, Spec, cut, strip
 from mmpar.data_container import DataContainer, as_container
 from mmpar.devices import Target, resolve_targets
 from mmpar.transfer import BatchedTransfer, map_tensors, move
@@ -89,9 +89,13 @@ class _Target:
         """Move container ``dc``'s chunk ``index``: on a CUDA target, a buffered chunk's
         bytes go in one copy (shared by every container of the batch) and its views
         are cut on the device; anything else as :meth:`move_tree`."""
-        buffered = dc.buffer if self.device.type == "cuda" else None
+        buffered = dc.buffer
         spec = None if buffered is None else buffered[1][index]
         if spec is None:
+            return self.move_tree(chunk)
+        if self.device.type != "cuda":
+            if self.dtype is None and isinstance(spec, (Slot, Rows)):
+                return chunk  # CPU views, nothing to convert: as they are, without a walk
             return self.move_tree(chunk)
         buffer = buffered[0]
         key = (id(buffer), index)
