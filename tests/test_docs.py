@@ -48,12 +48,19 @@ from tests._dist_helpers import free_port, run_launcher
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-TIMEOUT = 120  # seconds per block; the slowest (torchrun, 2 processes) takes about 15
-KEYWORDS = ("not-runnable", "needs", "torchrun", "config", "slow")
+TIMEOUT = 120  # seconds per block; the slowest (torchrun, 2 processes) takes 15-20
+# marker keyword -> Block field
+_FIELDS = {
+    "not-runnable": "not_runnable",
+    "needs": "needs",
+    "torchrun": "nproc",
+    "config": "config",
+    "slow": "slow",
+}
 
 _FENCE = re.compile(r"^(`{3,}|~{3,})(.*)$")
 _COMMENT = re.compile(r"^<!--(.*)-->\s*$")
-_MARKER = re.compile(r"^<!--\s*(" + "|".join(KEYWORDS) + r")\b")
+_MARKER = re.compile(r"^<!--\s*(" + "|".join(_FIELDS) + r")\b")
 _CONFIG_PATH = re.compile(r"^configs/[A-Za-z0-9_]+/[A-Za-z0-9_]+\.py$")
 
 
@@ -159,18 +166,8 @@ def extract_blocks(text: str, path: str) -> List[Block]:
             )
         if "config" in markers and "torchrun" in markers:
             raise ValueError(f"{path}:{start + 1}: a config block is not run under torchrun")
-        blocks.append(
-            Block(
-                path=path,
-                line=start + 1,
-                code="\n".join(body) + "\n",
-                not_runnable=markers.get("not-runnable"),  # type: ignore[arg-type]
-                needs=markers.get("needs", ()),  # type: ignore[arg-type]
-                nproc=markers.get("torchrun", 0),  # type: ignore[arg-type]
-                config=markers.get("config"),  # type: ignore[arg-type]
-                slow=bool(markers.get("slow", False)),
-            )
-        )
+        fields = {_FIELDS[key]: value for key, value in markers.items()}
+        blocks.append(Block(path, start + 1, "\n".join(body) + "\n", **fields))
     return blocks
 
 
