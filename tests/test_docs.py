@@ -352,15 +352,36 @@ def test_extract_blocks_lines_and_markers():
 @pytest.mark.parametrize(
     "doc, message",
     [
-        ("<!-- not-runable: typo -->\n```python\npass\n```\n", "doc.md:1: unknown docs marker"),
-        ("<!-- torchrun: two -->\n```python\npass\n```\n", "doc.md:1: unknown docs marker"),
-        ("<!-- slow -->\n\n```python\npass\n```\n", "doc.md:1: docs marker not right above"),
-        ("<!-- slow -->\n```bash\ntrue\n```\n", "doc.md:2: docs marker above a bash block"),
-        ("<!-- slow -->\n<!-- slow -->\n```python\npass\n```\n", "doc.md:2: docs marker 'slow'"),
-        ("```python\npass\n", "doc.md:1: code block never closed"),
-        (
+        pytest.param(
+            "<!-- not-runable: typo -->\n```python\npass\n```\n",
+            "doc.md:1: unknown docs marker",
+            id="misspelt",
+        ),
+        pytest.param(
+            "<!-- torchrun: two -->\n```python\npass\n```\n",
+            "doc.md:1: unknown docs marker",
+            id="bad-value",
+        ),
+        pytest.param(
+            "<!-- slow -->\n\n```python\npass\n```\n",
+            "doc.md:1: docs marker not right above",
+            id="detached",
+        ),
+        pytest.param(
+            "<!-- slow -->\n```bash\ntrue\n```\n",
+            "doc.md:2: docs marker above a bash block",
+            id="not-python",
+        ),
+        pytest.param(
+            "<!-- slow -->\n<!-- slow -->\n```python\npass\n```\n",
+            "doc.md:2: docs marker 'slow' given twice",
+            id="twice",
+        ),
+        pytest.param("```python\npass\n", "doc.md:1: code block never closed", id="unclosed"),
+        pytest.param(
             "<!-- not-runnable: x -->\n<!-- torchrun: 2 -->\n```python\npass\n```\n",
             "doc.md:3: a not-runnable block",
+            id="contradiction",
         ),
     ],
 )
