@@ -322,3 +322,62 @@ def test_plot_log_suggests_the_closest_key(tmp_path: Path) -> None:
     log = write_log(tmp_path / "run.log.json")
     proc = plot_cli(str(log), "--keys", "los", "--out", str(tmp_path / "x.png"))
     error_line(proc, "'los'", "did you mean 'loss'", "loss_heatmap")
+
+
+# --------------------------------------------------------------------------- custom_imports
+
+
+def _project(tmp_path: Path, body: str) -> dict:
+    """A module ``my_project`` in a folder of its own; the environment that finds it."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "my_project.py").write_text(body)
+    return dict(PYTHONPATH=f"{ROOT}{os.pathsep}{folder}")
+
+
+def _config_with_imports(tmp_path: Path, imports: List[str], allow_failed: bool) -> Path:
+    config = tmp_path / "mine.py"
+    config.write_text(
+        f"_base_ = [{CONFIG!r}]\n"
+        f"custom_imports = dict(imports={imports!r}, allow_failed_imports={allow_failed})\n"
+        "model = dict(type='MyDet')\n"
+    )
+    return config
+
+
+MY_DET = (
+    "from mmpar.models import TinyDet\n"
+    "from mmpar.registry import MODELS\n\n\n"
+    "@MODELS.register_module()\n"
+    "class MyDet(TinyDet):\n"
+    "    pass\n"
+)
+
+
+def test_custom_imports_register_a_model_of_the_users(tmp_path: Path) -> None:
+    env = _project(tmp_path, MY_DET)
+    config = _config_with_imports(tmp_path, ["my_project", "not_installed"], allow_failed=True)
+    options = TINY + ["runner.max_epochs=1", "model.width=16"]  # width: a parameter of MyDet
+    command = ["tools/train.py", str(config), "--work-dir", str(tmp_path / "wd"), "--no-validate"]
+    proc = run_tool([*command, "--cfg-options", *options], env=env)
+    assert "model MyDet:" in proc.stdout
+    assert "warning: custom_imports: 'not_installed' failed to import" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "body, needles",
+    [
+        (None, ["custom_imports", "cannot import 'not_installed'", "No module named"]),
+        ("raise RuntimeError('no GPU here')\n", ["cannot import 'my_project'", "no GPU here"]),
+    ],
+)
+def test_a_failed_custom_import_is_one_line(tmp_path: Path, body: str, needles: List[str]) -> None:
+    env = _project(tmp_path, body or MY_DET)
+    imports = ["my_project"] if body else ["my_project", "not_installed"]
+    config = _config_with_imports(tmp_path, imports, allow_failed=False)
+    for tool in (
+        ["tools/train.py", str(config)],
+        ["tools/test.py", str(config), "x.pth", "--eval"],
+    ):
+        proc = run_tool([*tool, "--work-dir", str(tmp_path / "wd")], env=env, check=False)
+        error_line(proc, *needles)

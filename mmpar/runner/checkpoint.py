@@ -244,7 +244,7 @@ def model_weights(checkpoint: Mapping[str, Any], source: str) -> Tuple[Mapping[s
     Returns:
         ``(state_dict, kind)``: kind is ``"an mmpar checkpoint"``, ``"an mmcv
         checkpoint"``, ``"a checkpoint"`` (a ``state_dict`` entry, no known meta) or
-        ``"a bare state_dict (model weights only)"``. When every key starts with
+        ``"a bare state_dict: model weights only"``. When every key starts with
         ``module.`` (saved from a DDP wrapper), the prefix is dropped.
 
     Raises:
@@ -261,7 +261,7 @@ def model_weights(checkpoint: Mapping[str, Any], source: str) -> Tuple[Mapping[s
         else:
             kind = "a checkpoint"
     elif _is_state_dict(checkpoint):
-        weights, kind = checkpoint, "a bare state_dict (model weights only)"
+        weights, kind = checkpoint, "a bare state_dict: model weights only"
     else:
         raise ValueError(
             f"checkpoint {source!r}: has no 'state_dict' and is not a state_dict itself "
