@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import random
+import re
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +19,9 @@ from mmpar.runner.checkpoint import (
     atomic_write,
     find_latest_checkpoint,
     load_checkpoint,
+    model_weights,
     save_checkpoint,
+    unreadable_reason,
     update_latest,
 )
 from mmpar.runner.rng import get_rng_state, set_random_seed, set_rng_state
@@ -153,5 +157,53 @@ def test_load_errors_are_clear(tmp_path: Path) -> None:
     save_checkpoint(whole, nn.Linear(2, 2))
     truncated = tmp_path / "truncated.pth"
     truncated.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
-    with pytest.raises(ValueError, match="truncated.pth.*corrupt"):
+    size = truncated.stat().st_size
+    with pytest.raises(ValueError, match=f"truncated.pth': truncated: the file ends after {size} "):
         load_checkpoint(truncated)
+
+
+def test_model_weights_of_each_kind(tmp_path: Path) -> None:
+    model = nn.Linear(2, 2)
+    mmpar_style = tmp_path / "mmpar.pth"
+    save_checkpoint(mmpar_style, model, meta=dict(mmpar_version="0", epoch=1))
+    bare = tmp_path / "bare.pth"
+    torch.save(model.state_dict(), bare)
+    mmcv_style = tmp_path / "mmcv.pth"
+    wrapped = {f"module.{k}": v for k, v in model.state_dict().items()}
+    torch.save(dict(meta=dict(mmcv_version="1.7.2"), state_dict=wrapped), mmcv_style)
+    kinds = {mmpar_style: "an mmpar checkpoint", bare: "a bare state_dict", mmcv_style: "an mmcv"}
+    for path, kind in kinds.items():
+        weights, found = model_weights(load_checkpoint(path), str(path))
+        assert found.startswith(kind) and sorted(weights) == ["bias", "weight"]
+        other = nn.Linear(2, 2)
+        load_checkpoint(path, other)
+        assert torch.equal(other.weight, model.weight)
+    with pytest.raises(ValueError, match="has no 'state_dict' and is not a state_dict"):
+        model_weights(dict(meta={}, epoch=3), "x.pth")
+
+
+@pytest.mark.parametrize(
+    "content, reason",
+    [
+        (b"", "empty (0 bytes)"),
+        (b"model: resnet\n", "a text file starting 'model: resnet'"),
+        (b"\x10\x00\x00\x00\x00\x00\x00\x00{}" + b" " * 14, "a safetensors file"),
+        (bytes(range(200, 256)), "it starts with the bytes c8 c9"),
+    ],
+)
+def test_unreadable_files_say_why(tmp_path: Path, content: bytes, reason: str) -> None:
+    path = tmp_path / "x.pth"
+    path.write_bytes(content)
+    assert reason in unreadable_reason(path)
+    with pytest.raises(ValueError, match=re.escape(reason)):
+        load_checkpoint(path)
+
+
+def test_a_zip_that_is_no_checkpoint_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "x.pth"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("readme.txt", "hi")
+    assert "a zip archive without data.pkl" in unreadable_reason(path)
+    whole = tmp_path / "whole.pth"
+    save_checkpoint(whole, nn.Linear(2, 2))
+    assert unreadable_reason(whole) is None

@@ -8,16 +8,17 @@ import json
 import keyword
 import math
 import pickle
+import sys
 import tempfile
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mmpar.config import Config, ConfigDict, DictAction, parse_option_value
+from mmpar.config import Config, ConfigDict, DictAction, apply_custom_imports, parse_option_value
 
 
 def write(path: Path, text: str) -> Path:
@@ -644,3 +645,81 @@ def test_dump_creates_missing_folders(tmp_path) -> None:
     target = tmp_path / "work_dirs" / "run1" / "config.py"
     Config(dict(a=1)).dump(str(target))
     assert Config.fromfile(str(target)).a == 1
+
+
+# --------------------------------------------------------------------------- equality
+
+
+def test_configs_are_equal_by_content() -> None:
+    a = Config({"model": {"type": "TinyDet", "sizes": (1, 2)}}, filename="a.py", text="x")
+    b = Config({"model": {"type": "TinyDet", "sizes": (1, 2)}}, filename="b.py", text="y")
+    assert a == b and not a != b
+    b.model.sizes = (1, 3)
+    assert a != b
+    assert a != {"model": {"type": "TinyDet", "sizes": (1, 2)}}  # a Config equals Configs only
+    with pytest.raises(TypeError, match="unhashable"):
+        hash(a)
+
+
+def test_the_example_config_dumped_reloads_to_an_equal_one(tmp_path: Path) -> None:
+    example = Path(__file__).resolve().parents[1] / "configs" / "tiny_det" / "tiny_det_synthetic.py"
+    cfg = Config.fromfile(example)
+    cfg.dump(tmp_path / "config.py")
+    assert Config.fromfile(tmp_path / "config.py") == cfg
+
+
+# --------------------------------------------------------------------------- custom_imports
+
+
+@pytest.fixture
+def custom_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """An importable module, not imported yet; its name is yielded."""
+    name = f"custom_{tmp_path.name.replace('-', '_')}"
+    write(tmp_path / "mods" / f"{name}.py", "VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "mods"))
+    yield name
+    sys.modules.pop(name, None)
+
+
+def test_custom_imports_are_imported_by_fromfile(tmp_path: Path, custom_module: str) -> None:
+    path = write(tmp_path / "c.py", f"custom_imports = dict(imports=[{custom_module!r}])\n")
+    assert custom_module not in sys.modules
+    cfg = Config.fromfile(path, import_custom_modules=False)
+    assert custom_module not in sys.modules and cfg.custom_imports.imports == [custom_module]
+    Config.fromfile(path)
+    assert custom_module in sys.modules
+
+
+def test_a_failed_custom_import_names_the_module(tmp_path: Path) -> None:
+    path = write(tmp_path / "c.py", "custom_imports = dict(imports='no_such_project_xyz')\n")
+    with pytest.raises(ImportError, match="custom_imports: cannot import 'no_such_project_xyz'"):
+        Config.fromfile(path)
+    with pytest.raises(ImportError, match="'no_such_project_xyz'") as info:
+        apply_custom_imports({"imports": "no_such_project_xyz", "allow_failed_imports": False})
+    assert info.value.name == "no_such_project_xyz"
+
+
+def test_allowed_failed_imports_warn_and_go_on(custom_module: str) -> None:
+    spec = {"imports": ["no_such_project_xyz", custom_module], "allow_failed_imports": True}
+    with pytest.warns(UserWarning, match="'no_such_project_xyz' failed to import"):
+        assert apply_custom_imports(spec) == [custom_module]
+
+
+@pytest.mark.parametrize(
+    "spec, error, words",
+    [
+        (["my_project"], TypeError, ["custom_imports: expected a dict", "list"]),
+        ({"imports": [3]}, TypeError, ["custom_imports.imports", "list of module names"]),
+        ({"imports": []}, None, []),
+        ({"imports": "x", "allow_failed_imports": 1}, TypeError, ["allow_failed_imports", "int 1"]),
+        ({"imports": "x", "allow": True}, ValueError, ["unknown keys ['allow']"]),
+    ],
+)
+def test_bad_custom_imports(spec: Any, error: Any, words: list) -> None:
+    if error is None:
+        assert apply_custom_imports(spec) == []
+        return
+    with pytest.raises(error) as info:
+        apply_custom_imports(spec)
+    for word in words:
+        assert word in str(info.value)

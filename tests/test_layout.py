@@ -5,6 +5,10 @@
 * No import cycle between modules, function-local imports included.
 * No module imports an underscore name from another module, or an underscore module of
   a package it is not in.
+* Modules named in strings (imported by name, at run time) are named only in
+  ``mmpar/registry/root.py``, where the root registries declare the packages that
+  fill them; each such package is one that may import the registry, so the lazy
+  import only loads what registers into it (it is no edge of the graphs below).
 """
 
 from __future__ import annotations
@@ -110,6 +114,14 @@ def _package(module: str) -> str:
     return module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
 
 
+def _named_modules(path: Path) -> Iterator[Tuple[str, int]]:
+    """(module, line) for each str constant of ``path`` that is an mmpar submodule's name."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if "." in node.value and node.value in MODULES:
+                yield node.value, node.lineno
+
+
 def _graph() -> Dict[str, Set[str]]:
     graph: Dict[str, Set[str]] = {m: set() for m in MODULES}
     for module, path in MODULES.items():
@@ -177,3 +189,42 @@ def test_no_private_imports_across_modules() -> None:
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if _part(m) in {"core", "wrappers"}))
 def test_core_and_wrappers_stay_flat(module: str) -> None:
     assert module.count(".") == 1, f"{module}: the parallel core and wrappers are flat modules"
+
+
+LAZY_ROOT = "mmpar.registry.root"
+
+
+def test_modules_named_in_strings_only_fill_the_root_registries() -> None:
+    wrong = []
+    named = []
+    for module, path in MODULES.items():
+        for target, line in _named_modules(path):
+            where = f"{path.relative_to(ROOT.parent)}:{line}"
+            if module != LAZY_ROOT:
+                wrong.append(f"{where}: names {target} in a string; only {LAZY_ROOT} may")
+            elif "registry" not in ALLOWED.get(_part(target), set()):
+                wrong.append(
+                    f"{where}: lazily imports {target} ({_part(target)}), which may not "
+                    "import the registry, so it cannot be what fills it"
+                )
+            named.append(target)
+    assert not wrong, "\n".join(wrong)
+    # The registries' declared locations are what the scan found, nothing hidden elsewhere.
+    from mmpar.registry.root import LOCATIONS
+
+    assert sorted({m for mods in LOCATIONS.values() for m in mods}) == sorted(set(named))
+
+
+def test_only_the_registry_and_config_import_by_name() -> None:
+    """``importlib.import_module`` runs in the registry (its locations) and the config
+    (the user's ``custom_imports``), nowhere else."""
+    allowed = {"mmpar.registry.registry", "mmpar.config.config"}
+    wrong = []
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                func = node.func
+                name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                if name in {"import_module", "__import__"} and module not in allowed:
+                    wrong.append(f"{path.relative_to(ROOT.parent)}:{node.lineno}: {name}")
+    assert not wrong, "\n".join(wrong)

@@ -137,4 +137,4 @@ def test_missing_matplotlib_says_what_to_install(
     with pytest.raises(SystemExit) as exc:
         tool._pyplot()
     assert exc.value.code == 2
-    assert "pip install mmpar[plot]" in capsys.readouterr().err
+    assert "pip install -e '.[plot]'" in capsys.readouterr().err

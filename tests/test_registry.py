@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import importlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from mmpar.registry import Registry
+from mmpar.registry.registry import did_you_mean
 
 
 class Conv:
@@ -303,3 +311,104 @@ def test_every_registered_name_is_found(names: list) -> None:
     for name, obj in objects.items():
         assert reg.get(name) is obj and name in reg
     assert sorted(reg.module_dict) == sorted(names)
+
+
+# --------------------------------------------------------------------------- did you mean
+
+
+def test_a_miss_names_the_closest_names_ignoring_case(models: Registry) -> None:
+    for name in ("Adam", "AdamW", "SGD"):
+        models.register_module(name=name, module=Conv)
+    with pytest.raises(KeyError, match="did you mean 'AdamW'") as info:
+        models.get("Adamw")
+    assert "registered: ['Adam', 'AdamW', 'SGD']" in str(info.value)
+    with pytest.raises(KeyError) as info:
+        models.get("Completely")
+    assert "did you mean" not in str(info.value)
+
+
+def test_did_you_mean() -> None:
+    assert did_you_mean("TinyDett", ["TinyDet", "Other"]) == "did you mean 'TinyDet'? "
+    assert did_you_mean("zzz", ["TinyDet"]) == ""
+
+
+# --------------------------------------------------------------------------- lazy locations
+
+
+@pytest.fixture
+def lazy_modules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A holder module with ``THINGS = Registry("thing", locations=[filler])`` and the
+    filler module that registers ``Widget`` into it, both importable; yields the holder's name."""
+    suffix = tmp_path.name.replace("-", "_")
+    holder, filler = f"lazy_holder_{suffix}", f"lazy_filler_{suffix}"
+    (tmp_path / f"{holder}.py").write_text(
+        "from mmpar.registry import Registry\n"
+        f"THINGS = Registry('thing', locations=[{filler!r}])\n"
+        "THINGS.register_module(name='Direct', module=dict)\n"
+    )
+    (tmp_path / f"{filler}.py").write_text(
+        f"from {holder} import THINGS\n\n@THINGS.register_module()\nclass Widget:\n    pass\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield holder
+    for name in (holder, filler):
+        sys.modules.pop(name, None)
+
+
+def test_a_miss_imports_the_locations_once(lazy_modules: str) -> None:
+    things = importlib.import_module(lazy_modules).THINGS
+    filler = things.locations[0]
+    assert things.get("Direct") is dict and filler not in sys.modules  # a hit imports nothing
+    assert things.get("Widget").__module__ == filler
+    with pytest.raises(KeyError, match="did you mean 'Widget'"):
+        things.get("Widgett")
+    assert "Widget" in things and len(things) == 2
+
+
+@pytest.mark.parametrize(
+    "listing", [len, repr, lambda r: dict(r.module_dict), lambda r: [*r.all_modules()]]
+)
+def test_listing_a_registry_imports_its_locations(lazy_modules: str, listing: Any) -> None:
+    things = importlib.import_module(lazy_modules).THINGS
+    listing(things)
+    assert "Widget" in things.module_dict and things.locations[0] in sys.modules
+
+
+def test_a_child_miss_imports_the_parents_locations(lazy_modules: str) -> None:
+    things = importlib.import_module(lazy_modules).THINGS
+    child = Registry("thing", parent=things, scope="mine")
+    assert child.get("Widget").__name__ == "Widget"
+
+
+def test_a_missing_location_is_an_import_error() -> None:
+    reg = Registry("thing", locations=["no_such_module_for_mmpar_tests"])
+    with pytest.raises(ImportError, match="no_such_module_for_mmpar_tests"):
+        reg.get("X")
+
+
+@pytest.mark.parametrize("locations", ["mmpar.models", [3], [""]])
+def test_bad_locations(locations: Any) -> None:
+    with pytest.raises(TypeError, match="locations must be a list of module names"):
+        Registry("thing", locations=locations)
+
+
+def test_the_root_registries_come_populated_without_importing_everything() -> None:
+    code = (
+        "import sys\n"
+        "from mmpar import DATASETS, MODELS, OPTIMIZERS, TRANSFORMS\n"
+        "assert 'mmpar.models' not in sys.modules, 'imported eagerly'\n"
+        "model = MODELS.build(dict(type='TinyDet', num_classes=3))\n"
+        "assert type(model).__name__ == 'TinyDet'\n"
+        "assert 'SyntheticShapes' in DATASETS and 'Resize' in TRANSFORMS\n"
+        "assert 'AdamW' in OPTIMIZERS\n"
+        "print('ok')\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env=dict(os.environ, PYTHONPATH=str(root)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]

@@ -36,7 +36,8 @@ TINY = [
 def run_tool(
     args: List[str], check: bool = True, env: Optional[dict] = None, timeout: float = TIMEOUT
 ) -> subprocess.CompletedProcess:
-    full_env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", **(env or {}))
+    # ``env`` may replace PYTHONPATH too (e.g. to add a user's project to it).
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **(env or {})}
     proc = run_launcher([sys.executable, *args], timeout=timeout, cwd=ROOT, env=full_env)
     if check and proc.returncode != 0:
         raise AssertionError(

@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import List
 
 import pytest
+import torch
 
+from tests.test_plot_log import plot_cli, write_log
 from tests.test_tools import CONFIG, GLOO, ROOT, TINY, run_tool, torchrun_launcher, train
 
 
@@ -153,7 +155,7 @@ def test_a_user_error_on_every_torchrun_rank_exits_2_without_hanging(tmp_path: P
     # The first rank to fail exited 2 (torchrun then stops the other, which may be
     # failing the same way); torchrun's own report, its traceback included, follows.
     assert "exitcode  : 2" in proc.stderr, proc.stderr[-3000:]
-    assert 'train.py", line' not in proc.stderr
+    assert 'train.py", line' not in proc.stdout
 
 
 def test_test_tool_refuses_a_truncated_checkpoint(checkpoint: Path, tmp_path: Path) -> None:
@@ -162,7 +164,7 @@ def test_test_tool_refuses_a_truncated_checkpoint(checkpoint: Path, tmp_path: Pa
     proc = run_tool(
         ["tools/test.py", CONFIG, str(truncated), "--eval", "--cfg-options", *TINY], check=False
     )
-    error_line(proc, "truncated.pth", "corrupt")
+    error_line(proc, "truncated.pth", "truncated", "ends after 2000 bytes")
     missing = run_tool(["tools/test.py", CONFIG, str(tmp_path / "nope.pth"), "--eval"], check=False)
     error_line(missing, "nope.pth", "not found")
 
@@ -199,3 +201,183 @@ def test_benchmark_refuses_a_missing_config() -> None:
         timeout=120,
     )
     error_line(proc, "nope.py", "not found")
+
+
+# --------------------------------------------------------------------------- registered types
+
+
+@pytest.mark.parametrize(
+    "option, needles",
+    [
+        ("optimizer.type='Adamw'", ["optimizer.type", "'Adamw'", "did you mean 'AdamW'"]),
+        ("model.type='TinyDett'", ["model.type", "'TinyDett'", "did you mean 'TinyDet'"]),
+        (
+            "data.val.type='SyntheticShape'",
+            ["data.val.type", "'SyntheticShape'", "did you mean 'SyntheticShapes'"],
+        ),
+    ],
+)
+def test_an_unregistered_type_is_one_line_with_the_closest(
+    tmp_path: Path, option: str, needles: List[str]
+) -> None:
+    error_line(train(tmp_path, options=TINY + [option], check=False), *needles)
+    assert not list(tmp_path.glob("*.log"))  # refused before any work
+
+
+def test_an_unregistered_pipeline_step_is_one_line(tmp_path: Path) -> None:
+    config = tmp_path / "pipeline.py"
+    config.write_text(
+        f"_base_ = [{CONFIG!r}]\n"
+        "data = dict(train=dict(_delete_=True, type='CocoDetection', ann_file='a.json',\n"
+        "    img_prefix='img', pipeline=[dict(type='LoadImageFromFile'), dict(type='Resise')]))\n"
+    )
+    proc = run_tool(["tools/train.py", str(config), "--work-dir", str(tmp_path)], check=False)
+    error_line(proc, "data.train.pipeline[1].type", "'Resise'", "did you mean 'Resize'")
+
+
+def test_test_tool_refuses_an_unregistered_model_type(tmp_path: Path) -> None:
+    command = ["tools/test.py", CONFIG, str(tmp_path / "any.pth"), "--eval", "--cfg-options"]
+    proc = run_tool(command + ["model.type='Tinydet'"], check=False)
+    error_line(proc, "model.type", "'Tinydet'", "did you mean 'TinyDet'")
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def _bare_state_dict(checkpoint: Path, tmp_path: Path) -> Path:
+    bare = tmp_path / "bare.pth"
+    torch.save(torch.load(checkpoint, weights_only=True)["state_dict"], bare)
+    return bare
+
+
+def test_load_from_takes_a_bare_state_dict_and_says_so(checkpoint: Path, tmp_path: Path) -> None:
+    bare = _bare_state_dict(checkpoint, tmp_path)
+    options = TINY + ["runner.max_epochs=1", f"load_from={str(bare)!r}"]
+    proc = train(tmp_path / "wd", "--no-validate", options=options)
+    assert f"loaded weights from {bare} (a bare state_dict" in proc.stdout
+
+
+def test_resume_from_a_bare_state_dict_starts_from_its_weights(
+    checkpoint: Path, tmp_path: Path
+) -> None:
+    bare = _bare_state_dict(checkpoint, tmp_path)
+    options = TINY + ["runner.max_epochs=1"]
+    proc = train(tmp_path / "wd", "--no-validate", "--resume-from", str(bare), options=options)
+    assert "is a bare state_dict" in proc.stdout and "starts at epoch 1" in proc.stdout
+    assert f"loaded weights from {bare}" in proc.stdout
+    assert (tmp_path / "wd" / "epoch_1.pth").is_file()
+
+
+def test_test_tool_takes_bare_and_mmcv_style_checkpoints(checkpoint: Path, tmp_path: Path) -> None:
+    weights = torch.load(checkpoint, weights_only=True)["state_dict"]
+    mmcv_style = tmp_path / "mmcv.pth"
+    # As mmcv 1.x saves them, here from a model still wrapped: every key under "module.".
+    torch.save(
+        dict(
+            meta=dict(mmcv_version="1.7.2", epoch=1, iter=3, CLASSES=("a", "b", "c")),
+            state_dict={f"module.{k}": v for k, v in weights.items()},
+        ),
+        mmcv_style,
+    )
+    kinds = {
+        _bare_state_dict(checkpoint, tmp_path): "a bare state_dict",
+        mmcv_style: "an mmcv checkpoint",
+        checkpoint: "an mmpar checkpoint",
+    }
+    for path, kind in kinds.items():
+        proc = run_tool(["tools/test.py", CONFIG, str(path), "--eval", "--cfg-options", *TINY])
+        assert f"weights: {path} ({kind}" in proc.stdout and "mAP@0.5: " in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "damage, needles",
+    [
+        ("cut", ["truncated", "ends after 50000 bytes", "inside the record"]),
+        ("text", ["not a PyTorch checkpoint", "a text file starting 'epoch 1 done'"]),
+        ("empty", ["empty (0 bytes)"]),
+        ("noise", ["not a PyTorch checkpoint", "starts with the bytes"]),
+    ],
+)
+def test_a_damaged_checkpoint_gets_a_readable_reason(
+    checkpoint: Path, tmp_path: Path, damage: str, needles: List[str]
+) -> None:
+    path = tmp_path / f"{damage}.pth"
+    path.write_bytes(
+        {
+            "cut": checkpoint.read_bytes()[:50_000],
+            "text": b"epoch 1 done\nloss 0.5\n",
+            "empty": b"",
+            "noise": bytes(range(7, 107)),
+        }[damage]
+    )
+    test = run_tool(
+        ["tools/test.py", CONFIG, str(path), "--eval", "--cfg-options", *TINY], check=False
+    )
+    error_line(test, f"{damage}.pth", *needles)
+    options = TINY + [f"load_from={str(path)!r}"]
+    error_line(train(tmp_path / "wd", options=options, check=False), "load_from", *needles)
+
+
+def test_plot_log_suggests_the_closest_key(tmp_path: Path) -> None:
+    log = write_log(tmp_path / "run.log.json")
+    proc = plot_cli(str(log), "--keys", "los", "--out", str(tmp_path / "x.png"))
+    error_line(proc, "'los'", "did you mean 'loss'", "loss_heatmap")
+
+
+# --------------------------------------------------------------------------- custom_imports
+
+
+def _project(tmp_path: Path, body: str) -> dict:
+    """A module ``my_project`` in a folder of its own; the environment that finds it."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "my_project.py").write_text(body)
+    return dict(PYTHONPATH=f"{ROOT}{os.pathsep}{folder}")
+
+
+def _config_with_imports(tmp_path: Path, imports: List[str], allow_failed: bool) -> Path:
+    config = tmp_path / "mine.py"
+    config.write_text(
+        f"_base_ = [{CONFIG!r}]\n"
+        f"custom_imports = dict(imports={imports!r}, allow_failed_imports={allow_failed})\n"
+        "model = dict(type='MyDet')\n"
+    )
+    return config
+
+
+MY_DET = (
+    "from mmpar.models import TinyDet\n"
+    "from mmpar.registry import MODELS\n\n\n"
+    "@MODELS.register_module()\n"
+    "class MyDet(TinyDet):\n"
+    "    pass\n"
+)
+
+
+def test_custom_imports_register_a_model_of_the_users(tmp_path: Path) -> None:
+    env = _project(tmp_path, MY_DET)
+    config = _config_with_imports(tmp_path, ["my_project", "not_installed"], allow_failed=True)
+    options = TINY + ["runner.max_epochs=1", "model.width=16"]  # width: a parameter of MyDet
+    command = ["tools/train.py", str(config), "--work-dir", str(tmp_path / "wd"), "--no-validate"]
+    proc = run_tool([*command, "--cfg-options", *options], env=env)
+    assert "model MyDet:" in proc.stdout
+    assert "warning: custom_imports: 'not_installed' failed to import" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "body, needles",
+    [
+        (None, ["custom_imports", "cannot import 'not_installed'", "No module named"]),
+        ("raise RuntimeError('no GPU here')\n", ["cannot import 'my_project'", "no GPU here"]),
+    ],
+)
+def test_a_failed_custom_import_is_one_line(tmp_path: Path, body: str, needles: List[str]) -> None:
+    env = _project(tmp_path, body or MY_DET)
+    imports = ["my_project"] if body else ["my_project", "not_installed"]
+    config = _config_with_imports(tmp_path, imports, allow_failed=False)
+    for tool in (
+        ["tools/train.py", str(config)],
+        ["tools/test.py", str(config), "x.pth", "--eval"],
+    ):
+        proc = run_tool([*tool, "--work-dir", str(tmp_path / "wd")], env=env, check=False)
+        error_line(proc, *needles)

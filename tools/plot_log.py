@@ -11,7 +11,7 @@ the iterations; a key logged by the evaluations (``mode: val`` records, e.g.
 ``mAP``) over the epochs (0: before training). Each log is one line in each panel.
 A log without records (e.g. a run that stopped before its first logging step) is
 skipped with a warning; a key that no log holds is an error. Needs matplotlib:
-``pip install mmpar[plot]``.
+``pip install -e ".[plot]"``.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ try:
 except ImportError:  # a source checkout that is not pip-installed
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from mmpar.registry.registry import did_you_mean
 from mmpar.runner.cli import add_debug_arg, fail, user_errors
 
 
@@ -85,6 +86,15 @@ def load_json_log(path: Path, keys: Sequence[str]) -> Dict[str, Curve]:
     return curves
 
 
+def plottable_keys(path: Path) -> List[str]:
+    """The keys that some training or evaluation record of the log holds a number for."""
+    keys = set()
+    for record in _records(path):
+        if record.get("mode") in ("train", "val"):
+            keys.update(k for k, v in record.items() if _is_value(v) and k not in ("iter", "epoch"))
+    return sorted(keys)
+
+
 def has_records(path: Path) -> bool:
     """Whether the log holds a training or evaluation record (not only its meta line)."""
     return any(r.get("mode") in ("train", "val") for r in _records(path))
@@ -98,7 +108,7 @@ def _pyplot():
     try:
         import matplotlib
     except ImportError:
-        fail("plot_log.py needs matplotlib; install it with: pip install mmpar[plot]")
+        fail("plot_log.py needs matplotlib; install it with: pip install -e '.[plot]'")
     matplotlib.use("Agg")  # files only, no display needed
     import matplotlib.pyplot as plt
 
@@ -125,7 +135,14 @@ def draw(logs: Sequence[Path], keys: Sequence[str], title: str = ""):
     curves = {log: load_json_log(log, keys) for log in used}
     missing = [k for k in keys if not any(k in c for c in curves.values())]
     if missing:
-        raise ValueError(f"--keys: no record of {[str(p) for p in used]} holds {missing}")
+        known = sorted({k for log in used for k in plottable_keys(log)})
+        close = " ".join(
+            f"{k!r}: {did_you_mean(k, known)}" for k in missing if did_you_mean(k, known)
+        )
+        raise ValueError(
+            f"--keys: no record of {[str(p) for p in used]} holds {missing}; "
+            f"{close}the logs hold {known}"
+        )
     plt = _pyplot()
     fig, axes = plt.subplots(len(keys), 1, figsize=(8, 3 * len(keys)), squeeze=False)
     for ax, key in zip(axes[:, 0], keys):

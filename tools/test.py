@@ -40,7 +40,7 @@ from mmpar.dist import destroy_dist, get_dist_info
 from mmpar.models import build_model
 from mmpar.module_wrappers import unwrap_module
 from mmpar.runner.amp import autocast
-from mmpar.runner.checkpoint import load_checkpoint
+from mmpar.runner.checkpoint import load_checkpoint, model_weights
 from mmpar.runner.cli import (
     add_cfg_options,
     add_debug_arg,
@@ -138,7 +138,7 @@ def main(argv=None) -> int:
     work_dir = Path(args.work_dir) if args.work_dir else Path(args.checkpoint).parent
     cfg["work_dir"] = str(work_dir)
     # Read once, before any process group: a missing or corrupt file is one clear line.
-    with user_errors(args.debug, "checkpoint", "give a checkpoint written by tools/train.py"):
+    with user_errors(args.debug, hint="give a checkpoint (or state_dict) of the model"):
         checkpoint = load_checkpoint(args.checkpoint)
     distributed = start_launcher(args.launcher, args.local_rank, cfg)
     rank, world_size = get_dist_info()
@@ -158,16 +158,16 @@ def main(argv=None) -> int:
     )
     with user_errors(args.debug, "model", hint):
         model = build_model(cfg.model)
+    give = f"give a checkpoint (or state_dict) of the model of {args.config}"
+    with user_errors(args.debug, hint=give, errors=(ValueError,)):
+        weights, kind = model_weights(checkpoint, args.checkpoint)
     with user_errors(
-        args.debug,
-        f"checkpoint {args.checkpoint!r}",
-        f"give a checkpoint of the model of {args.config}",
-        errors=(ValueError, RuntimeError),
+        args.debug, f"checkpoint {args.checkpoint!r}", give, errors=(ValueError, RuntimeError)
     ):
-        if not isinstance(checkpoint.get("state_dict"), dict):
-            raise ValueError(f"has no 'state_dict' (keys: {sorted(checkpoint)})")
-        unwrap_module(model).load_state_dict(checkpoint["state_dict"])
-    del checkpoint
+        unwrap_module(model).load_state_dict(weights)
+    if rank == 0:
+        print(f"weights: {args.checkpoint} ({kind})", flush=True)
+    del checkpoint, weights
     device = run_device(distributed)
     with user_errors(args.debug, hint=hint, errors=(TypeError, ValueError, RuntimeError)):
         dtype = resolve_precision(cfg, device)

@@ -42,7 +42,7 @@ from mmpar.dist import destroy_dist, get_dist_info, sync_random_seed
 from mmpar.models import build_model
 from mmpar.runner.accumulate import cumulative_iters
 from mmpar.runner.apis import train_model
-from mmpar.runner.checkpoint import load_checkpoint
+from mmpar.runner.checkpoint import load_checkpoint, model_weights
 from mmpar.runner.cli import (
     add_cfg_options,
     add_debug_arg,
@@ -122,9 +122,11 @@ def _resolve_resume(args: argparse.Namespace, cfg, work_dir: Path) -> ResumePlan
     with user_errors(args.debug, option, "give an existing checkpoint written by tools/train.py"):
         plan = plan_resume(resume_from, args.auto_resume, work_dir, cfg.runner["max_epochs"])
     cfg["resume_from"] = plan.checkpoint
-    if cfg.get("load_from") and not plan.checkpoint:
-        with user_errors(args.debug, "load_from", "give an existing checkpoint"):
-            load_checkpoint(cfg.load_from)
+    if plan.weights:
+        cfg["load_from"] = plan.weights
+    elif cfg.get("load_from") and not plan.checkpoint:
+        with user_errors(args.debug, "load_from", "give an existing checkpoint or state_dict"):
+            model_weights(load_checkpoint(cfg.load_from), cfg.load_from)
     return plan
 
 

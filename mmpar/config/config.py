@@ -17,27 +17,110 @@ Python configs are executed as Python: only load configs you trust. Their
 module-level names become the config, except names starting with ``_`` (other than
 ``_base_``) and imported modules, functions and classes. JSON configs are data only;
 they may also hold a ``_base_`` key.
+
+``custom_imports = dict(imports=["my_project.models"], allow_failed_imports=False)``
+names modules to import before anything is built from the config, as in mmcv: the
+modules that register a project's own models, datasets or transforms.
 """
 
 from __future__ import annotations
 
 import copy
+import importlib
 import json
 import os
+import warnings
 from pathlib import Path
 from types import BuiltinFunctionType, FunctionType, ModuleType
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from mmpar.config.config_dict import ConfigDict, merge_dicts, set_by_path, to_plain
 from mmpar.config.formats import check_dumpable, format_python
 from mmpar.utils.exceptions import with_prefix
 
-__all__ = ["Config"]
+__all__ = ["Config", "apply_custom_imports"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 _EXTENSIONS = (".py", ".json")
 _BASE_KEY = "_base_"
 _SKIPPED_TYPES = (ModuleType, FunctionType, BuiltinFunctionType, type)
+
+
+_CUSTOM_IMPORTS_KEYS = ("imports", "allow_failed_imports")
+
+
+def _custom_import_names(custom_imports: Mapping[str, Any]) -> Sequence[str]:
+    imports = custom_imports.get("imports", [])
+    names = [imports] if isinstance(imports, str) else imports
+    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) and n for n in names):
+        raise TypeError(
+            "custom_imports.imports: expected a module name or a list of module names (str), "
+            f"got {type(imports).__name__} {imports!r}"
+        )
+    return names
+
+
+def apply_custom_imports(custom_imports: Optional[Mapping[str, Any]]) -> List[str]:
+    """Import the modules a config's ``custom_imports`` names, so that they register.
+
+    Args:
+        custom_imports: ``dict(imports=[...], allow_failed_imports=False)``, or None
+            (nothing to import). ``imports`` is a module name or a list of them;
+            with ``allow_failed_imports=True`` a module that fails to import is
+            skipped with a warning instead of raising.
+
+    Returns:
+        The names of the modules imported.
+
+    Raises:
+        TypeError: ``custom_imports`` is not a dict, ``imports`` not a list of module
+            names, or ``allow_failed_imports`` not a bool.
+        ValueError: a key other than ``imports`` and ``allow_failed_imports``.
+        ImportError: a module failed to import (and failures are not allowed); the
+            message names the module and the reason.
+    """
+    if custom_imports is None:
+        return []
+    if not isinstance(custom_imports, Mapping):
+        raise TypeError(
+            "custom_imports: expected a dict such as dict(imports=['my_project'], "
+            f"allow_failed_imports=False), got {type(custom_imports).__name__} {custom_imports!r}"
+        )
+    unknown = sorted(set(custom_imports) - set(_CUSTOM_IMPORTS_KEYS))
+    if unknown:
+        raise ValueError(
+            f"custom_imports: unknown keys {unknown}; expected among {list(_CUSTOM_IMPORTS_KEYS)}"
+        )
+    names = _custom_import_names(custom_imports)
+    allow_failed = custom_imports.get("allow_failed_imports", False)
+    if not isinstance(allow_failed, bool):
+        raise TypeError(
+            "custom_imports.allow_failed_imports: expected True or False, got "
+            f"{type(allow_failed).__name__} {allow_failed!r}"
+        )
+    imported = []
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # the module's own code may raise anything
+            reason = f"{type(exc).__name__}: {exc}"
+            if not allow_failed:
+                missing = isinstance(exc, ModuleNotFoundError) and name.startswith(exc.name or "?")
+                hint = "is it installed, or on PYTHONPATH? " if missing else ""
+                raise ImportError(
+                    f"custom_imports: cannot import {name!r} ({reason}); {hint}set "
+                    "custom_imports.allow_failed_imports=True to go on without it",
+                    name=name,
+                ) from exc
+            warnings.warn(
+                f"custom_imports: {name!r} failed to import ({reason}) and is skipped, "
+                "as allow_failed_imports=True",
+                UserWarning,
+                stacklevel=2,
+            )
+            continue
+        imported.append(name)
+    return imported
 
 
 def _check_extension(path: Path, what: str) -> None:
@@ -168,11 +251,13 @@ class Config:
         object.__setattr__(self, "_text", text)
 
     @classmethod
-    def fromfile(cls, path: PathLike) -> "Config":
+    def fromfile(cls, path: PathLike, import_custom_modules: bool = True) -> "Config":
         """Read a ``.py`` or ``.json`` config and its ``_base_`` files.
 
         Args:
             path: The config file.
+            import_custom_modules: Import the modules its ``custom_imports`` names
+                (see :func:`apply_custom_imports`).
 
         Returns:
             The merged config; ``.text`` is the file's text, or with bases, each file's
@@ -185,6 +270,7 @@ class Config:
             FileNotFoundError: the file or a base is missing (naming the file that
                 referred to it).
             SyntaxError: invalid Python, naming the file and line.
+            ImportError: a module of ``custom_imports`` failed to import.
         """
         file = _as_path(path, "path")
         _check_extension(file, "path")
@@ -195,6 +281,8 @@ class Config:
             text = sources[0][1]
         else:
             text = "\n".join(f"# {source}\n{source_text}" for source, source_text in sources)
+        if import_custom_modules:
+            apply_custom_imports(cfg.get("custom_imports"))
         return cls(cfg, filename=file, text=text)
 
     @property
@@ -308,6 +396,14 @@ class Config:
 
     def __len__(self) -> int:
         return len(self._cfg_dict)
+
+    def __eq__(self, other: object) -> bool:
+        """Configs are equal when their contents are (file name and source text aside)."""
+        if not isinstance(other, Config):
+            return NotImplemented
+        return self.to_dict() == other.to_dict()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, and equal by content
 
     def __getstate__(self) -> Dict[str, Any]:
         return {name: object.__getattribute__(self, name) for name in self._OWN}

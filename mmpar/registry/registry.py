@@ -13,16 +13,38 @@ A config names what to build by its ``type`` key::
 Registries form a tree. A child is created with a ``parent`` and a ``scope``; it
 sees its own entries first and falls back to its parent's. ``"scope.Name"`` looks
 ``Name`` up in the registry of that scope.
+
+A registry can name the modules that fill it (``locations``): they are imported,
+by name, the first time the registry is asked for something it lacks or is
+listed, so that a root registry knows its package's classes without the package
+importing them all up front.
 """
 
 from __future__ import annotations
 
+import difflib
+import importlib
 from types import MappingProxyType
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from mmpar.utils.exceptions import with_prefix
 
-__all__ = ["Registry", "check_build_cfg"]
+__all__ = ["Registry", "check_build_cfg", "did_you_mean"]
+
+
+def did_you_mean(name: str, known: Sequence[str]) -> str:
+    """``"did you mean 'AdamW'? "`` for the names of ``known`` closest to ``name``, or ``""``.
+
+    Case is ignored in the comparison, so ``"Adamw"`` finds ``"AdamW"``.
+    """
+    by_lower: Dict[str, List[str]] = {}
+    for k in known:
+        by_lower.setdefault(k.lower(), []).append(k)
+    close = difflib.get_close_matches(name.lower(), list(by_lower), n=3, cutoff=0.6)
+    names = [k for lower in close for k in by_lower[lower]][:3]
+    if not names:
+        return ""
+    return f"did you mean {' or '.join(repr(n) for n in names)}? "
 
 
 class Registry:
@@ -34,16 +56,25 @@ class Registry:
             registry is entered as ``parent.children[scope]``.
         scope: Name of this registry within its parent; required with ``parent``.
             ``"scope.Name"`` keys select the registry with this scope.
+        locations: Names of the modules that register into this registry (e.g.
+            ``("mmpar.models",)``). They are imported once, the first time a lookup
+            misses or the registry is listed (``module_dict``, ``len``, ``repr``,
+            :meth:`all_modules`); registering does not import them.
 
     Raises:
-        TypeError: ``name`` or ``scope`` is not a str, or ``parent`` is not a Registry.
+        TypeError: ``name`` or ``scope`` is not a str, ``parent`` is not a Registry,
+            or ``locations`` is not a sequence of str.
         ValueError: ``name`` is empty, ``scope`` is empty or contains ``"."``, a
             parent is given without a scope, or the parent already has a child of
             that scope.
     """
 
     def __init__(
-        self, name: str, parent: Optional["Registry"] = None, scope: Optional[str] = None
+        self,
+        name: str,
+        parent: Optional["Registry"] = None,
+        scope: Optional[str] = None,
+        locations: Sequence[str] = (),
     ) -> None:
         if not isinstance(name, str):
             raise TypeError(f"Registry name: expected a str, got {type(name).__name__} {name!r}")
@@ -72,8 +103,14 @@ class Registry:
                     f"Registry {name!r}: parent registry {parent.name!r} already has a child with "
                     f"scope {scope!r}"
                 )
+        if isinstance(locations, str) or not all(isinstance(m, str) and m for m in locations):
+            raise TypeError(
+                f"Registry {name!r}: locations must be a list of module names, got {locations!r}"
+            )
         self._name = name
         self._scope = scope
+        self._locations: Tuple[str, ...] = tuple(locations)
+        self._locations_imported = not self._locations
         self._parent = parent
         self._children: Dict[str, Registry] = {}
         self._modules: Dict[str, Any] = {}
@@ -101,9 +138,27 @@ class Registry:
         return MappingProxyType(self._children)
 
     @property
+    def locations(self) -> Tuple[str, ...]:
+        """Names of the modules imported to fill this registry (see the class docstring)."""
+        return self._locations
+
+    @property
     def module_dict(self) -> Mapping[str, Any]:
         """Read-only mapping name -> object registered in this registry (not its parent)."""
+        self.import_locations()
         return MappingProxyType(self._modules)
+
+    def import_locations(self) -> None:
+        """Import this registry's ``locations`` and its parents', once (no-op afterwards)."""
+        reg: Optional[Registry] = self
+        while reg is not None:
+            if not reg._locations_imported:
+                # Set first: a location that registers into this registry (or looks a
+                # name up in it) while it is being imported must not import it again.
+                reg._locations_imported = True
+                for module in reg._locations:
+                    importlib.import_module(module)
+            reg = reg._parent
 
     def register_module(
         self,
@@ -201,11 +256,14 @@ class Registry:
 
     def _lookup(self, key: str) -> Any:
         """The object for ``key`` (here, then in the parents), or raise KeyError."""
-        reg: Optional[Registry] = self
-        while reg is not None:
-            if key in reg._modules:
-                return reg._modules[key]
-            reg = reg._parent
+        for attempt in range(2):
+            reg: Optional[Registry] = self
+            while reg is not None:
+                if key in reg._modules:
+                    return reg._modules[key]
+                reg = reg._parent
+            if attempt == 0:
+                self.import_locations()
         raise KeyError(key)
 
     def get(self, key: str) -> Any:
@@ -221,8 +279,8 @@ class Registry:
 
         Raises:
             TypeError: ``key`` is not a str.
-            KeyError: nothing is registered under ``key``; the message lists the names
-                that are.
+            KeyError: nothing is registered under ``key``; the message names the
+                closest registered names ("did you mean ...?") and lists them all.
         """
         if not isinstance(key, str):
             raise TypeError(
@@ -234,6 +292,10 @@ class Registry:
             scope, name = key.split(".", 1)
             target = self._find_scope(scope) or self._root()._find_scope(scope)
             if target is None:
+                # A location may create the child registry of that scope.
+                self.import_locations()
+                target = self._find_scope(scope) or self._root()._find_scope(scope)
+            if target is None:
                 raise KeyError(
                     f"{key!r}: no registry with scope {scope!r} in the tree of registry "
                     f"{self._name!r}"
@@ -241,13 +303,15 @@ class Registry:
         try:
             return target._lookup(name)
         except KeyError:
+            known = target._visible_names()
+            scope = f" (scope {target._scope!r})" if target._scope else ""
             raise KeyError(
-                f"{key!r} is not registered in registry {target._name!r}"
-                f"{' (scope ' + repr(target._scope) + ')' if target._scope else ''}; "
-                f"registered: {target._visible_names()}"
+                f"{key!r} is not registered in registry {target._name!r}{scope}; "
+                f"{did_you_mean(name, known)}registered: {known}"
             ) from None
 
     def _visible_names(self) -> List[str]:
+        self.import_locations()
         names: List[str] = []
         reg: Optional[Registry] = self
         while reg is not None:
@@ -310,6 +374,7 @@ class Registry:
 
     def all_modules(self) -> Iterator[Any]:
         """Yield each object registered here or in any descendant, once each."""
+        self.import_locations()
         seen = set()
         stack: List[Registry] = [self]
         while stack:
@@ -330,9 +395,11 @@ class Registry:
         return True
 
     def __len__(self) -> int:
+        self.import_locations()
         return len(self._modules)
 
     def __repr__(self) -> str:
+        self.import_locations()
         scope = f", scope={self._scope!r}" if self._scope is not None else ""
         return f"Registry(name={self._name!r}{scope}, items={sorted(self._modules)})"
 

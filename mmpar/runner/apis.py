@@ -21,6 +21,7 @@ from mmpar.runner.accumulate import window_open
 from mmpar.runner.amp import autocast
 from mmpar.runner.checkpoint import (
     load_checkpoint,
+    model_weights,
     remove_stale_temporaries,
     save_checkpoint,
     update_latest,
@@ -204,8 +205,8 @@ def train_model(
         _resume_window(stepper, checkpoint.get("accumulated_grads"), state, logger)
         logger.info(f"resumed from {cfg.resume_from}: epoch {state.epoch}, iter {state.iter}")
     elif cfg.get("load_from"):
-        load_checkpoint(cfg.load_from, model)
-        logger.info(f"loaded weights from {cfg.load_from}")
+        _, kind = model_weights(load_checkpoint(cfg.load_from, model), cfg.load_from)
+        logger.info(f"loaded weights from {cfg.load_from} ({kind})")
     json_log.write(
         dict(
             mode="meta",

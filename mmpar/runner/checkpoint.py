@@ -15,6 +15,12 @@ it, then renames it over the target with ``os.replace``; an interrupted or
 failed save leaves the previous file untouched. ``latest.pth`` names the newest
 checkpoint: a relative symlink where the file system allows, else a copy, both
 switched atomically.
+
+Loading also takes mmcv's checkpoints (the same layout, ``meta.mmcv_version``) and a
+bare ``state_dict`` (what ``torch.save(model.state_dict(), path)`` writes); a
+``module.`` prefix on every key (a state saved from a DDP wrapper) is dropped, as
+mmcv's ``load_checkpoint`` does. A file that cannot be read is refused with the
+reason: empty, truncated, not a PyTorch file at all.
 """
 
 from __future__ import annotations
@@ -22,10 +28,12 @@ from __future__ import annotations
 import os
 import pickle
 import shutil
+import struct
 import tempfile
+import zipfile
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import nn
@@ -37,6 +45,8 @@ __all__ = [
     "remove_stale_temporaries",
     "save_checkpoint",
     "load_checkpoint",
+    "model_weights",
+    "unreadable_reason",
     "update_latest",
     "find_latest_checkpoint",
     "weights_to_cpu",
@@ -170,50 +180,166 @@ def load_checkpoint(
     """Read a checkpoint (``weights_only=True``: no code runs) and load it into a model/optimizer.
 
     Args:
-        path: The file (a ``latest.pth`` symlink is followed).
-        model: Loaded with the checkpoint's ``state_dict`` when given (wrappers are unwrapped).
+        path: The file (a ``latest.pth`` symlink is followed): an mmpar or mmcv
+            checkpoint, or a bare ``state_dict``.
+        model: Loaded with the checkpoint's weights when given (wrappers are
+            unwrapped; see :func:`model_weights`).
         optimizer: Loaded with the checkpoint's ``optimizer`` state when given.
         map_location: Where tensors are loaded.
         strict: Passed to ``load_state_dict``.
 
     Returns:
-        The whole checkpoint dict.
+        The whole dict the file holds (for a bare ``state_dict``, that ``state_dict``).
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
-        ValueError: the file cannot be read with ``weights_only=True``, is not a dict, or
-            lacks ``state_dict`` or ``optimizer`` when they are to be loaded.
+        ValueError: the file cannot be read with ``weights_only=True`` (the message
+            says why: empty, truncated, not a PyTorch file...), is not a dict, holds
+            no weights when a model is given, or no ``optimizer`` when one is given.
     """
     file = Path(path)
     if not file.is_file():
         raise FileNotFoundError(f"checkpoint {str(file)!r} not found")
     try:
         checkpoint = torch.load(file, map_location=map_location, weights_only=True)
-    except pickle.UnpicklingError as exc:
-        raise ValueError(
-            f"checkpoint {str(file)!r}: not loadable with weights_only=True (it holds objects "
-            f"other than tensors and plain values, or is not a checkpoint): "
-            f"{str(exc).splitlines()[-1]}"
-        ) from None
-    except (RuntimeError, EOFError) as exc:  # a truncated or corrupt zip archive
-        raise ValueError(
-            f"checkpoint {str(file)!r}: unreadable, truncated or corrupt ({exc})"
-        ) from None
+    except Exception as exc:  # torch raises many types for damaged files: OSError, KeyError...
+        reason = unreadable_reason(file)
+        if reason is None and isinstance(exc, pickle.UnpicklingError):
+            reason = (
+                "not loadable with weights_only=True (it holds objects other than tensors "
+                f"and plain values): {str(exc).splitlines()[-1]}"
+            )
+        elif reason is None:
+            reason = f"unreadable, truncated or corrupt ({type(exc).__name__}: {exc})"
+        raise ValueError(f"checkpoint {str(file)!r}: {reason}") from None
     if not isinstance(checkpoint, dict):
         raise ValueError(
             f"checkpoint {str(file)!r}: expected a dict, got {type(checkpoint).__name__}"
         )
     if model is not None:
-        if "state_dict" not in checkpoint:
-            raise ValueError(
-                f"checkpoint {str(file)!r}: has no 'state_dict' (keys: {sorted(checkpoint)})"
-            )
-        unwrap_module(model).load_state_dict(checkpoint["state_dict"], strict=strict)
+        weights, _ = model_weights(checkpoint, str(file))
+        unwrap_module(model).load_state_dict(weights, strict=strict)
     if optimizer is not None:
         if "optimizer" not in checkpoint:
             raise ValueError(f"checkpoint {str(file)!r}: has no 'optimizer' state to resume from")
         optimizer.load_state_dict(checkpoint["optimizer"])
     return checkpoint
+
+
+def _is_state_dict(value: Any) -> bool:
+    return (
+        isinstance(value, Mapping)
+        and len(value) > 0
+        and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in value.items())
+    )
+
+
+def model_weights(checkpoint: Mapping[str, Any], source: str) -> Tuple[Mapping[str, Any], str]:
+    """The model weights of a loaded checkpoint, and what kind of file held them.
+
+    Args:
+        checkpoint: What :func:`load_checkpoint` returned.
+        source: The file, for messages.
+
+    Returns:
+        ``(state_dict, kind)``: kind is ``"an mmpar checkpoint"``, ``"an mmcv
+        checkpoint"``, ``"a checkpoint"`` (a ``state_dict`` entry, no known meta) or
+        ``"a bare state_dict: model weights only"``. When every key starts with
+        ``module.`` (saved from a DDP wrapper), the prefix is dropped.
+
+    Raises:
+        ValueError: ``checkpoint`` has no ``state_dict`` dict and is not a state dict itself.
+    """
+    if isinstance(checkpoint.get("state_dict"), Mapping):
+        weights = checkpoint["state_dict"]
+        meta = checkpoint.get("meta")
+        meta = meta if isinstance(meta, Mapping) else {}
+        if "mmpar_version" in meta:
+            kind = "an mmpar checkpoint"
+        elif "mmcv_version" in meta:
+            kind = "an mmcv checkpoint"
+        else:
+            kind = "a checkpoint"
+    elif _is_state_dict(checkpoint):
+        weights, kind = checkpoint, "a bare state_dict: model weights only"
+    else:
+        raise ValueError(
+            f"checkpoint {source!r}: has no 'state_dict' and is not a state_dict itself "
+            f"(keys: {sorted(map(str, checkpoint))[:10]})"
+        )
+    if weights and all(isinstance(k, str) and k.startswith("module.") for k in weights):
+        weights = OrderedDict((k[len("module.") :], v) for k, v in weights.items())
+    return weights, kind
+
+
+_ZIP_LOCAL = b"PK\x03\x04"
+
+
+def unreadable_reason(path: PathLike) -> Optional[str]:
+    """Why ``path`` is no readable PyTorch file, judged from its bytes; None if it may be one.
+
+    Returns:
+        e.g. ``"empty (0 bytes)"``, ``"truncated: ..."``, ``"not a PyTorch checkpoint:
+        a text file starting 'hello'"``; None when the file looks whole (the loader's
+        own error then tells more).
+    """
+    file = Path(path)
+    size = file.stat().st_size
+    if size == 0:
+        return "empty (0 bytes)"
+    with open(file, "rb") as f:
+        head = f.read(64)
+    if head.startswith(_ZIP_LOCAL):
+        return _zip_reason(file, size)
+    if head[:1] == b"\x80":  # a pickle: torch.save's legacy (non-zip) format
+        return None
+    if len(head) >= 9 and head[8:9] == b"{":
+        header = struct.unpack("<Q", head[:8])[0]
+        if 0 < header < size:
+            return "not a PyTorch checkpoint: a safetensors file (load it with safetensors)"
+    # 64 bytes may end inside a multi-byte character: allow a few undecodable at the end.
+    text = head.decode("utf-8", "ignore")
+    is_text = len(text.encode("utf-8")) >= len(head) - 3
+    if text.strip() and is_text and all(c.isprintable() or c.isspace() for c in text):
+        first = text.strip().splitlines()[0]
+        return f"not a PyTorch checkpoint: a text file starting {first[:40]!r}"
+    return f"not a PyTorch checkpoint: it starts with the bytes {head[:8].hex(' ')}"
+
+
+def _zip_reason(file: Path, size: int) -> Optional[str]:
+    try:
+        archive = zipfile.ZipFile(file)
+    except zipfile.BadZipFile:
+        # torch.save writes the archive's directory last: without it, the file was cut.
+        return (
+            f"truncated: the file ends after {size} bytes{_cut_inside(file)}, before the end "
+            "of its zip archive (a copy or download cut short?)"
+        )
+    with archive:
+        names = archive.namelist()
+        if not any(n == "data.pkl" or n.endswith("/data.pkl") for n in names):
+            return f"not a PyTorch checkpoint: a zip archive without data.pkl (holds {names[:3]})"
+        try:
+            bad = archive.testzip()
+        except (zipfile.BadZipFile, OSError, EOFError) as exc:
+            return f"corrupt zip archive ({exc})"
+    if bad is not None:
+        return f"corrupt: the record {bad!r} fails its checksum"
+    return None
+
+
+def _cut_inside(file: Path) -> str:
+    """``" inside the record 'x/data/3'"``: the last record the cut file starts, or ``""``."""
+    data = file.read_bytes()
+    start = data.rfind(_ZIP_LOCAL)
+    if start < 0 or start + 30 > len(data):
+        return ""
+    name_len = struct.unpack("<H", data[start + 26 : start + 28])[0]
+    name = data[start + 30 : start + 30 + name_len]
+    try:
+        return f" inside the record {name.decode('utf-8')!r}" if len(name) == name_len else ""
+    except UnicodeDecodeError:
+        return ""
 
 
 def update_latest(checkpoint: PathLike, link_name: str = LATEST) -> Path:

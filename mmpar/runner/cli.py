@@ -11,12 +11,13 @@ import argparse
 import contextlib
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, Iterator, Mapping, NoReturn, Optional, Sequence, Tuple, Type
 
 import torch.distributed as dist
 
-from mmpar.config import Config, DictAction
+from mmpar.config import Config, DictAction, apply_custom_imports
 from mmpar.config.option_keys import ADD_PREFIX, check_option_keys, split_added
 from mmpar.dist import LAUNCHERS, init_dist, is_distributed
 from mmpar.runner.tool_keys import TOOL_KEYS, registered_type_accepts
@@ -136,6 +137,7 @@ def load_config(
 ) -> Config:
     """Read the config file and apply ``--cfg-options``; any problem exits with a clear message.
 
+    The modules of ``custom_imports`` are imported (after the options are applied).
     An option key must be in the config, among the keys the tools read
     (:data:`mmpar.runner.tool_keys.TOOL_KEYS`) or a parameter of the class its dict
     builds; ``+key=value`` adds any key. Python configs run as code: only use configs
@@ -147,17 +149,27 @@ def load_config(
         debug: Re-raise errors (full traceback) instead of exiting with one line.
     """
     try:
-        cfg = Config.fromfile(path)
+        cfg = Config.fromfile(path, import_custom_modules=False)
     except Exception as exc:  # SyntaxError, FileNotFoundError, or the config's own code failed
         if debug:
             raise
         known = isinstance(exc, (SyntaxError, FileNotFoundError))
         fail(f"cannot read config {path}: {exc if known else f'{type(exc).__name__}: {exc}'}")
+    original = cfg.to_dict()
     if options:
         with user_errors(debug, "--cfg-options", errors=(TypeError, ValueError)):
             plain, added = split_added(options)
-            original = cfg.to_dict()
             cfg.merge_from_dict(plain)
+    # After the options (they may name more modules), before their keys are checked
+    # (a parameter of a class that a custom module registers is a known key).
+    with user_errors(debug, errors=(ImportError, TypeError, ValueError)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            apply_custom_imports(cfg.get("custom_imports"))
+    for warning in caught:  # one line each, like the errors
+        print(f"warning: {warning.message}", file=sys.stderr, flush=True)
+    if options:
+        with user_errors(debug, "--cfg-options", errors=(TypeError, ValueError)):
             check_option_keys(
                 original, cfg.to_dict(), plain, TOOL_KEYS, added, registered_type_accepts
             )

@@ -8,12 +8,13 @@ tools, so that a bad value is one line naming the key and the value.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Iterator, Mapping, Optional, Sequence, Tuple
 
+from mmpar.registry import DATASETS, MODELS, OPTIMIZERS, TRANSFORMS, Registry
 from mmpar.runner.lr_schedule import check_lr_config
 from mmpar.utils.checks import is_int, is_number
 
-__all__ = ["check_test_config", "check_train_config", "lookup"]
+__all__ = ["check_registered_types", "check_test_config", "check_train_config", "lookup"]
 
 _MISSING = object()
 
@@ -96,8 +97,53 @@ def _check_model(cfg: Mapping[str, Any], tool: str) -> None:
         raise ValueError("model.type: missing; name the model, e.g. 'TinyDet'")
 
 
+def _typed_fields(
+    cfg: Mapping[str, Any], splits: Sequence[str], optimizer: bool
+) -> Iterator[Tuple[str, Any, Registry]]:
+    """(field, type given, registry that must know it) for what the tools build by name."""
+    model = cfg.get("model")
+    if isinstance(model, Mapping):
+        yield "model.type", model.get("type"), MODELS
+    data = cfg.get("data")
+    for split in splits:
+        node = data.get(split) if isinstance(data, Mapping) else None
+        if not isinstance(node, Mapping):
+            continue
+        yield f"data.{split}.type", node.get("type"), DATASETS
+        pipeline = node.get("pipeline")
+        if isinstance(pipeline, (list, tuple)):
+            for i, step in enumerate(pipeline):
+                if isinstance(step, Mapping):
+                    yield f"data.{split}.pipeline[{i}].type", step.get("type"), TRANSFORMS
+    if optimizer and isinstance(cfg.get("optimizer"), Mapping):
+        yield "optimizer.type", cfg["optimizer"].get("type"), OPTIMIZERS
+
+
+def check_registered_types(
+    cfg: Any, splits: Sequence[str] = ("train", "val"), optimizer: bool = True
+) -> None:
+    """Check that every ``type`` the tools build by name is registered, before any work.
+
+    Checked: ``model.type``, ``data.<split>.type`` and the ``type`` of each step of
+    ``data.<split>.pipeline``, and ``optimizer.type`` when ``optimizer`` is True. A
+    type given as a class, or missing, is left to the builders.
+
+    Raises:
+        KeyError: a type is not registered; the message names the field, the type and
+            the closest registered names.
+    """
+    cfg = _as_mapping(cfg)
+    for field, kind, registry in _typed_fields(cfg, splits, optimizer):
+        if isinstance(kind, str) and kind not in registry:
+            try:
+                registry.get(kind)
+            except KeyError as exc:
+                raise KeyError(f"{field}: {exc.args[0]}") from None
+
+
 def check_train_config(cfg: Any, splits: Sequence[str] = ("train", "val")) -> None:
-    """Check what training reads: data, model, optimizer, epochs, intervals, ``lr_config``.
+    """Check what training reads: data, model, optimizer, epochs, intervals, ``lr_config``,
+    and that the types of the model, datasets, pipelines and optimizer are registered.
 
     Args:
         cfg: The config (a :class:`mmpar.config.Config` or a dict).
@@ -107,6 +153,7 @@ def check_train_config(cfg: Any, splits: Sequence[str] = ("train", "val")) -> No
     Raises:
         TypeError: a value of the wrong type, or a dict expected where there is none.
         ValueError: a required key is missing, or a value is out of range.
+        KeyError: a type is not registered (see :func:`check_registered_types`).
     """
     tool = "training"
     cfg = _as_mapping(cfg)
@@ -124,18 +171,22 @@ def check_train_config(cfg: Any, splits: Sequence[str] = ("train", "val")) -> No
     _int_at_least(cfg, "log_config.interval", 1, "iterations between log lines", None)
     _check_seed(cfg.get("seed"))
     check_lr_config(cfg.get("lr_config"))
+    check_registered_types(cfg, splits, optimizer=True)
 
 
 def check_test_config(cfg: Any) -> None:
-    """Check what testing reads: ``data.test``, the batch sizes and workers, ``model``.
+    """Check what testing reads: ``data.test``, the batch sizes and workers, ``model``,
+    and that their types are registered.
 
     Raises:
         TypeError: a value of the wrong type.
         ValueError: a required key is missing, or a value is out of range.
+        KeyError: a type is not registered (see :func:`check_registered_types`).
     """
     cfg = _as_mapping(cfg)
     _check_data(cfg, ["test"], "testing")
     _check_model(cfg, "testing")
+    check_registered_types(cfg, ["test"], optimizer=False)
 
 
 def _check_seed(seed: Optional[Any]) -> None:

@@ -11,7 +11,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from mmpar.runner.checkpoint import LATEST, find_latest_checkpoint, load_checkpoint
+from mmpar.runner.checkpoint import LATEST, find_latest_checkpoint, load_checkpoint, model_weights
 
 __all__ = ["ResumePlan", "existing_checkpoints", "plan_resume"]
 
@@ -25,12 +25,16 @@ class ResumePlan:
         meta: That checkpoint's ``meta`` (epoch, iter, seed...), or None.
         message: One line for the log, or "" when there is nothing to say.
         complete: The checkpoint already holds ``max_epochs`` epochs: nothing to train.
+        weights: A bare ``state_dict`` given to resume from: there is nothing to resume
+            (no epoch, optimizer or random states), so the run starts from these
+            weights, as with ``load_from``.
     """
 
     checkpoint: Optional[str] = None
     meta: Optional[Dict[str, Any]] = None
     message: str = ""
     complete: bool = False
+    weights: Optional[str] = None
 
 
 def plan_resume(
@@ -50,7 +54,8 @@ def plan_resume(
 
     Raises:
         FileNotFoundError: ``resume_from`` does not exist.
-        ValueError: the checkpoint is corrupt, or its ``meta`` has no int ``epoch``.
+        ValueError: the checkpoint is corrupt or holds no weights, or it has a
+            ``state_dict`` but its ``meta`` has no int ``epoch``.
     """
     how = "resume_from"
     if not resume_from and auto_resume:
@@ -62,7 +67,15 @@ def plan_resume(
         resume_from, how = str(latest), "auto-resume"
     if not resume_from:
         return ResumePlan()
-    meta = load_checkpoint(resume_from).get("meta") or {}
+    checkpoint = load_checkpoint(resume_from)
+    _, kind = model_weights(checkpoint, resume_from)
+    if "state_dict" not in checkpoint:
+        return ResumePlan(
+            weights=resume_from,
+            message=f"{how}: {resume_from} is {kind}, with no epoch, optimizer or random "
+            "states to resume: training starts at epoch 1 from its weights, as with load_from",
+        )
+    meta = checkpoint.get("meta") or {}
     epoch = meta.get("epoch")
     if not isinstance(epoch, int) or isinstance(epoch, bool):
         raise ValueError(

@@ -33,7 +33,8 @@ def import_pil(owner: str) -> Any:
         from PIL import Image
     except ImportError:
         raise ImportError(
-            f"{owner} decodes images with Pillow, which is not installed: pip install mmpar[images]"
+            f"{owner} decodes images with Pillow, which is not installed: "
+            "pip install -e '.[images]' (in the mmpar checkout)"
         ) from None
     return Image
 
