@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Optional
 
 import pytest
 import torch
@@ -12,14 +15,35 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _run(*args: str) -> subprocess.CompletedProcess:
+def _run(*args: str, root: Path = ROOT) -> subprocess.CompletedProcess:
+    """``tools/benchmark.py`` of ``root`` with ``args``; mmpar always comes from ROOT."""
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     return subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "benchmark.py"), *args],
+        [sys.executable, str(root / "tools" / "benchmark.py"), *args],
         capture_output=True,
         text=True,
         timeout=300,
-        cwd=ROOT,
+        cwd=root,
+        env=dict(os.environ, PYTHONPATH=path),
     )
+
+
+def _why_not_a_git_checkout() -> Optional[str]:
+    """Why ``--baseline`` cannot work on ROOT (no git, or not a checkout), or None."""
+    if shutil.which("git") is None:
+        return "git is not available: --baseline needs it"
+    proc = subprocess.run(
+        ["git", "rev-parse", "--show-toplevel"], cwd=ROOT, capture_output=True, text=True
+    )
+    if proc.returncode != 0 or Path(proc.stdout.strip()).resolve() != ROOT:
+        return f"{ROOT} is not a git checkout (a source tarball?): --baseline needs one"
+    return None
+
+
+NOT_A_GIT_CHECKOUT = _why_not_a_git_checkout()
+needs_git_checkout = pytest.mark.skipif(
+    NOT_A_GIT_CHECKOUT is not None, reason=NOT_A_GIT_CHECKOUT or ""
+)
 
 
 @pytest.mark.slow
@@ -52,6 +76,7 @@ def test_unknown_section_is_a_usage_error_listing_the_sections() -> None:
 
 
 @pytest.mark.slow
+@needs_git_checkout
 def test_quick_hotpath_section_compares_this_tree_with_a_baseline_revision() -> None:
     proc = _run("--quick", "hotpath", "--baseline", "HEAD")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -68,3 +93,31 @@ def test_quick_hotpath_section_compares_this_tree_with_a_baseline_revision() -> 
 def test_gpu_section_skips_without_cuda() -> None:
     proc = _run("gpu")
     assert "## GPU" in proc.stdout and "Skipped: CUDA is not available" in proc.stdout
+
+
+def test_baseline_outside_a_git_checkout_is_one_error_line(tmp_path: Path) -> None:
+    # What a source tarball holds of the tool, without .git; mmpar comes from ROOT.
+    shutil.copytree(
+        ROOT / "tools", tmp_path / "tools", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    proc = _run("hotpath", "--baseline", "HEAD", root=tmp_path)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stdout == ""  # nothing measured
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr[-3000:]
+    if shutil.which("git") is None:
+        assert lines[0] == "error: --baseline needs git, and git is not on PATH"
+    else:
+        assert lines[0].startswith(
+            f"error: --baseline needs a git checkout, and {tmp_path.resolve()} is not one"
+        )
+        assert lines[0].endswith("run it from a clone of the repository, not a source tarball")
+
+
+@needs_git_checkout
+def test_baseline_that_names_no_revision_is_one_error_line() -> None:
+    proc = _run("hotpath", "--baseline", "no-such-revision-17")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.splitlines() == [
+        f"error: --baseline no-such-revision-17: no such revision in {ROOT}"
+    ]
