@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Dict, List, Optional
 
 import pytest
 import torch
@@ -44,6 +46,25 @@ NOT_A_GIT_CHECKOUT = _why_not_a_git_checkout()
 needs_git_checkout = pytest.mark.skipif(
     NOT_A_GIT_CHECKOUT is not None, reason=NOT_A_GIT_CHECKOUT or ""
 )
+
+
+def _table(out: str, header_start: str) -> List[Dict[str, str]]:
+    """The rows of the Markdown table whose header line starts with ``header_start``."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header_start))
+    header = [c.strip() for c in lines[start].strip("|").split("|")]
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append(dict(zip(header, (c.strip() for c in line.strip("|").split("|")))))
+    return rows
+
+
+def _number(cell: str) -> float:
+    value = float(cell.rstrip("x").replace(",", ""))
+    assert math.isfinite(value) and value > 0, cell
+    return value
 
 
 @pytest.mark.slow
@@ -93,6 +114,69 @@ def test_quick_hotpath_section_compares_this_tree_with_a_baseline_revision() -> 
 def test_gpu_section_skips_without_cuda() -> None:
     proc = _run("gpu")
     assert "## GPU" in proc.stdout and "Skipped: CUDA is not available" in proc.stdout
+
+
+TRANSPORT = "## Transport: a collated batch from a DataLoader worker to the main process"
+CROSSING_HEADER = "| batch | tree | tensors | storages |"
+CROSSING_MS = re.compile(
+    r"- Target: pickle \+ unpickle of one B=64 batch <= 5 ms: this tree ([0-9.]+) ms.*, "
+    r"\*\*(met|not met)\*\*"
+)
+
+
+def _check_crossing_rows(rows: List[Dict[str, str]], trees: List[str]) -> None:
+    """One row per batch size and tree, with a plausible count of tensors and positive times."""
+    measured = [r for r in rows if r["tree"] in trees]
+    assert [(r["batch"], r["tree"]) for r in measured] == [
+        (b, t) for b in ("B=16", "B=64") for t in trees
+    ]
+    for row in measured:
+        tensors, storages = _number(row["tensors"]), _number(row["storages"])
+        assert storages <= tensors
+        for key in ("payload (KiB)", "samples", "collate", "pickle", "unpickle", "total"):
+            _number(row[key])
+
+
+def test_quick_transport_section_measures_the_loader_and_the_crossing() -> None:
+    proc = _run("--quick", "transport")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    assert TRANSPORT in out and "pin_memory=False" in out
+    loader = _table(out, "| batch | this tree (batches/s) |")
+    assert [r["batch"] for r in loader] == ["B=16", "B=64"]
+    for row in loader:
+        _number(row["this tree (batches/s)"])
+    _check_crossing_rows(_table(out, CROSSING_HEADER), ["this tree"])
+    # Without a baseline the throughput target is not judged; the absolute one is.
+    assert "B=64 >= 5x the baseline: not judged without `--baseline REV`" in out
+    ms, verdict = CROSSING_MS.search(out).groups()
+    assert verdict == ("met" if float(ms) <= 5 else "not met")
+
+
+@pytest.mark.slow
+@needs_git_checkout
+def test_quick_transport_section_compares_this_tree_with_a_baseline_revision() -> None:
+    proc = _run("--quick", "transport", "--baseline", "HEAD")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    assert TRANSPORT in out and "this tree and `HEAD` alternating" in out
+    loader = _table(out, "| batch | this tree (batches/s) | baseline HEAD (batches/s) |")
+    assert [r["batch"] for r in loader] == ["B=16", "B=64"]
+    for row in loader:
+        this, base = (
+            _number(row["this tree (batches/s)"]),
+            _number(row["baseline HEAD (batches/s)"]),
+        )
+        ratio = _number(row["this tree / baseline"])
+        assert ratio == pytest.approx(this / base, rel=0.02, abs=0.01)
+    rows = _table(out, CROSSING_HEADER)
+    _check_crossing_rows(rows, ["this tree", "baseline HEAD"])
+    assert [r["batch"] for r in rows if r["tree"] == "this tree / baseline"] == ["B=16", "B=64"]
+    speedup = re.search(r"B=64 >= 5x `HEAD`: ([0-9.]+)x, \*\*(met|not met)\*\*", out)
+    assert speedup.group(2) == ("met" if float(speedup.group(1)) >= 5 else "not met")
+    assert loader[1]["this tree / baseline"] == f"{speedup.group(1)}x"
+    ms, verdict = CROSSING_MS.search(out).groups()
+    assert verdict == ("met" if float(ms) <= 5 else "not met")
 
 
 def test_baseline_outside_a_git_checkout_is_one_error_line(tmp_path: Path) -> None:
