@@ -159,7 +159,7 @@ def test_quick_transport_section_compares_this_tree_with_a_baseline_revision() -
     proc = _run("--quick", "transport", "--baseline", "HEAD")
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
-    assert TRANSPORT in out and "this tree and `HEAD` alternating" in out
+    assert TRANSPORT in out and "this tree and `HEAD` taking turns" in out
     loader = _table(out, "| batch | this tree (batches/s) | baseline HEAD (batches/s) |")
     assert [r["batch"] for r in loader] == ["B=16", "B=64"]
     for row in loader:

@@ -1,13 +1,20 @@
-"""One measurement round of the transport section, on the mmpar found on PYTHONPATH.
+"""The transport section's measuring process, on the mmpar found on PYTHONPATH.
 
 ``transport.py`` copies this file into a folder of its own and runs it there as a
 script (so that neither ``tools/bench`` nor a baseline tree lands on ``sys.path``
 by way of the script's folder, and so that DataLoader workers can import the
 dataset class whatever the start method), with ``PYTHONPATH`` set to the tree
-under test. Usage: ``python transport_child.py QUICK B [B ...]``, QUICK ``1`` or
-``0``. It prints one JSON line: per batch size, the loader-only rates of the
-round and the crossing figures of each repeat, plus the ``__file__`` of the
-mmpar it measured.
+under test: ``python transport_child.py BATCHES_PER_EPOCH B [B ...]``.
+
+It starts a 2-worker loader per batch size and a producer process, runs one
+untimed epoch and crossing of each, prints ``{"__file__": <mmpar's>}`` and then
+answers one command per stdin line with one JSON line, so that the section can
+alternate two trees measurement by measurement:
+
+* ``loader B``: ``{"rate": batches/s}`` of one epoch;
+* ``cross B``: the figures of one fresh batch crossing from the producer.
+
+End of input (or ``quit``) shuts the workers and the producer down.
 """
 
 from __future__ import annotations
@@ -106,38 +113,40 @@ def count_tensors(obj: Any) -> Tuple[int, int]:
     return len(tensors), len(storages)
 
 
-def loader_rates(batch_size: int, batches: int, epochs: int) -> List[float]:
-    """Batches/s of ``epochs`` timed epochs of a 2-worker loader, after one warm-up epoch."""
-    dataset = SmallDetection(batch_size * batches)
-    loader = DataLoader(
-        dataset,
+def make_loader(batch_size: int, batches: int) -> DataLoader:
+    """The loader under test: ``batches`` batches of ``batch_size`` samples an epoch."""
+    return DataLoader(
+        SmallDetection(batch_size * batches),
         batch_size=batch_size,
         num_workers=WORKERS,
         collate_fn=functools.partial(collate, samples_per_gpu=batch_size),
         persistent_workers=True,
         pin_memory=False,
     )
-    rates = []
-    for epoch in range(epochs + 1):
-        n, start = 0, time.perf_counter()
-        for _ in loader:
-            n += 1
-        if epoch:  # epoch 0 starts the workers
-            rates.append(n / (time.perf_counter() - start))
-    del loader  # shuts the persistent workers down before the crossing is timed
-    return rates
 
 
-def _producer(conn: Connection, batch_size: int, repeats: int) -> None:
-    """The worker side: build, collate and pickle a fresh batch per repeat, in lockstep.
+def epoch_rate(loader: DataLoader) -> float:
+    """Batches/s of one epoch that touches nothing."""
+    n, start = 0, time.perf_counter()
+    for _ in loader:
+        n += 1
+    return n / (time.perf_counter() - start)
+
+
+def _producer(conn: Connection) -> None:
+    """The worker side: per requested batch size, build, collate and pickle a fresh batch.
 
     A fresh batch each time because pickling moves each storage into shared memory
-    once; pickling the same batch again would skip that cost.
+    once; pickling the same batch again would skip that cost. ``None`` ends it.
     """
-    dataset = SmallDetection(batch_size * repeats)
-    for rep in range(repeats):
+    dataset = SmallDetection(1 << 30)
+    start = 0
+    while True:
+        batch_size = conn.recv()
+        if batch_size is None:
+            break
         t0 = time.perf_counter()
-        samples = [dataset[rep * batch_size + i] for i in range(batch_size)]
+        samples = [dataset[start + i] for i in range(batch_size)]
         t1 = time.perf_counter()
         batch = collate(samples, samples_per_gpu=batch_size)
         t2 = time.perf_counter()
@@ -145,62 +154,57 @@ def _producer(conn: Connection, batch_size: int, repeats: int) -> None:
         t3 = time.perf_counter()
         conn.send((t1 - t0, t2 - t1, t2, t3 - t2, len(payload)))
         conn.send_bytes(payload)
-        conn.recv()  # the consumer is done with this batch
+        conn.recv()  # the consumer is done with this batch: in lockstep
         del batch, payload
+        start += batch_size
     conn.close()
 
 
-def crossing(batch_size: int, repeats: int) -> List[Dict[str, float]]:
-    """Per repeat: the producer's samples/collate/pickle times, this process's unpickle.
-
-    The first repeat is a warm-up and is dropped.
-    """
-    ours, theirs = multiprocessing.Pipe()
-    proc = multiprocessing.Process(target=_producer, args=(theirs, batch_size, repeats + 1))
-    proc.start()
-    theirs.close()
-    out = []
-    for rep in range(repeats + 1):
-        samples_s, collate_s, pickle_start, pickle_s, size = ours.recv()
-        payload = ours.recv_bytes()
-        t0 = time.perf_counter()
-        batch = pickle.loads(payload)
-        t1 = time.perf_counter()
-        tensors, storages = count_tensors(batch)
-        del batch
-        ours.send(None)
-        if rep:
-            out.append(
-                {
-                    "samples": samples_s,
-                    "collate": collate_s,
-                    "pickle": pickle_s,
-                    "unpickle": t1 - t0,
-                    # perf_counter is one system-wide monotonic clock on Linux.
-                    "end_to_end": t1 - pickle_start,
-                    "payload": float(size),
-                    "tensors": float(tensors),
-                    "storages": float(storages),
-                }
-            )
-    proc.join(60)
-    if proc.exitcode != 0:
-        raise RuntimeError(f"transport producer exited with {proc.exitcode}")
-    return out
+def cross(conn: Connection, batch_size: int) -> Dict[str, float]:
+    """One crossing: the producer's samples/collate/pickle times, this process's unpickle."""
+    conn.send(batch_size)
+    samples_s, collate_s, pickle_start, pickle_s, size = conn.recv()
+    payload = conn.recv_bytes()
+    t0 = time.perf_counter()
+    batch = pickle.loads(payload)
+    t1 = time.perf_counter()
+    tensors, storages = count_tensors(batch)
+    del batch
+    conn.send(None)
+    return {
+        "samples": samples_s,
+        "collate": collate_s,
+        "pickle": pickle_s,
+        "unpickle": t1 - t0,
+        # perf_counter is one system-wide monotonic clock on Linux.
+        "end_to_end": t1 - pickle_start,
+        "payload": float(size),
+        "tensors": float(tensors),
+        "storages": float(storages),
+    }
 
 
 def main(argv: List[str]) -> None:
-    quick = argv[0] == "1"
-    batch_sizes = [int(b) for b in argv[1:]]
-    batches, epochs, repeats = (2, 1, 3) if quick else (10, 3, 15)
+    batches, batch_sizes = int(argv[0]), [int(b) for b in argv[1:]]
     torch.set_num_threads(1)
-    out: Dict[str, Any] = {"__file__": mmpar.__file__}
-    for b in batch_sizes:
-        out[str(b)] = {
-            "loader": loader_rates(b, batches, epochs),
-            "crossing": crossing(b, repeats),
-        }
-    print(json.dumps(out))
+    loaders = {b: make_loader(b, batches) for b in batch_sizes}
+    ours, theirs = multiprocessing.Pipe()
+    producer = multiprocessing.Process(target=_producer, args=(theirs,), daemon=True)
+    producer.start()
+    theirs.close()
+    for b in batch_sizes:  # warm-up: starts the workers, first allocations
+        epoch_rate(loaders[b])
+        cross(ours, b)
+    print(json.dumps({"__file__": mmpar.__file__}), flush=True)
+    for line in sys.stdin:
+        if line.strip() == "quit":
+            break
+        kind, b = line.split()
+        result = {"rate": epoch_rate(loaders[int(b)])} if kind == "loader" else cross(ours, int(b))
+        print(json.dumps(result), flush=True)
+    ours.send(None)
+    producer.join(60)
+    del loaders  # shuts the persistent workers down
 
 
 if __name__ == "__main__":

@@ -18,19 +18,24 @@ samples (uint8 image 3 x (40-64) x (40-64), ``stack=True``, ``size_divisor=32``;
   pipe to the consumer (the main process), which unpickles them (``unpickle``),
   in lockstep. ``end to end`` runs from the start of the pickle to the end of the
   unpickle, the pipe and the scheduling included. The unpickle is timed in
-  another process on purpose: unpickling in the pickling process would find the
-  storages in torch's cache of shared storages instead of mapping them.
+  another process on purpose: unpickling in the pickling process would still
+  receive each fd, but find its storage in torch's cache of shared storages
+  instead of mapping it.
 
-With ``--baseline REV`` the same runs on ``git archive REV mmpar`` as well: both
-trees in child processes, alternating over several rounds so the noise of a
-shared machine hits both alike; the figures are medians of the per-round medians
-and their ratios this tree / baseline. Without it only this tree is measured.
+With ``--baseline REV`` the same runs on ``git archive REV mmpar`` as well: each
+tree in a long-lived child process (loaders, workers and producer started once),
+the two taking turns measurement by measurement (one epoch, one crossing), the
+order flipping each time, so that the noise of a shared machine hits both alike;
+the figures are medians and their ratios this tree / baseline. Without it only
+this tree is measured.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import select
 import shutil
 import statistics
 import subprocess
@@ -39,7 +44,7 @@ import tarfile
 import tempfile
 from io import BytesIO
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import IO, Any, Dict, List, Optional, Tuple
 
 ROOT = Path(__file__).resolve().parents[2]
 CHILD = Path(__file__).resolve().parent / "_transport_child.py"
@@ -48,6 +53,8 @@ BATCH_SIZES = (16, 64)
 #: and pickle + unpickle of one batch.
 TARGET_SPEEDUP = 5.0
 TARGET_CROSSING_MS = 5.0
+
+CHILD_TIMEOUT_S = 300
 
 _TIMES = ("samples", "collate", "pickle", "unpickle", "total", "end_to_end")
 
@@ -62,37 +69,68 @@ def _export(rev: str, into: str) -> str:
     return into
 
 
-def _measure(script: str, tree: str, quick: bool) -> Dict[str, Any]:
-    """One round on ``tree``: the child's JSON, after checking which mmpar it measured."""
-    env = dict(os.environ, PYTHONPATH=tree, OMP_NUM_THREADS="1")
-    proc = subprocess.run(
-        [sys.executable, "-W", "ignore", script, "1" if quick else "0", *map(str, BATCH_SIZES)],
-        env=env,
-        cwd=tree,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"transport child on {tree} failed:\n{proc.stderr[-2000:]}")
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    if not Path(out.pop("__file__")).resolve().is_relative_to(Path(tree).resolve()):
-        raise RuntimeError(f"transport child imported mmpar from outside {tree}")
-    return out
+class _Child:
+    """The measuring process on one tree (``_transport_child.py``), one command at a time.
+
+    Args:
+        script: The copy of ``_transport_child.py`` to run.
+        tree: The root of the tree whose ``mmpar`` it measures.
+        batches: Batches per loader epoch.
+        log: A file for its stderr, shown when it fails.
+    """
+
+    def __init__(self, script: str, tree: str, batches: int, log: IO[str]) -> None:
+        self.tree, self.log = tree, log
+        self.proc = subprocess.Popen(
+            [sys.executable, "-W", "ignore", script, str(batches), *map(str, BATCH_SIZES)],
+            env=dict(os.environ, PYTHONPATH=tree, OMP_NUM_THREADS="1"),
+            cwd=tree,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+        )
+        try:
+            where = Path(self._read()["__file__"]).resolve()
+            if not where.is_relative_to(Path(tree).resolve()):
+                raise RuntimeError(f"transport child imported mmpar from {where}, not {tree}")
+        except BaseException:
+            self.close()
+            raise
+
+    def _read(self) -> Dict[str, Any]:
+        ready, _, _ = select.select([self.proc.stdout], [], [], CHILD_TIMEOUT_S)
+        line = self.proc.stdout.readline() if ready else ""
+        if not line:
+            self.close()
+            self.log.seek(0)
+            what = "failed" if ready else f"gave no answer in {CHILD_TIMEOUT_S} s"
+            raise RuntimeError(f"transport child on {self.tree} {what}:\n{self.log.read()[-2000:]}")
+        return json.loads(line)
+
+    def ask(self, command: str) -> Dict[str, Any]:
+        """Send one command (``loader B`` or ``cross B``) and return its answer."""
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        return self._read()
+
+    def close(self) -> None:
+        """End of input: the child shuts its workers down and exits (or is killed)."""
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.close()
+                self.proc.wait(60)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
 
 
-def _summary(rounds: List[Dict[str, Any]], batch_size: int) -> Dict[str, float]:
-    """Medians over rounds of the per-round medians, for one batch size."""
-    per_round: Dict[str, List[float]] = {k: [] for k in ("rate", *_TIMES, "payload")}
-    for r in rounds:
-        cell = r[str(batch_size)]
-        reps = [dict(rep, total=rep["pickle"] + rep["unpickle"]) for rep in cell["crossing"]]
-        per_round["rate"].append(statistics.median(cell["loader"]))
-        for key in (*_TIMES, "payload"):
-            per_round[key].append(statistics.median(rep[key] for rep in reps))
-    out = {k: statistics.median(v) for k, v in per_round.items()}
-    last = rounds[-1][str(batch_size)]["crossing"][-1]
-    out["tensors"], out["storages"] = last["tensors"], last["storages"]
+def _summary(results: Dict[str, List[Dict[str, float]]]) -> Dict[str, float]:
+    """Medians of one tree's figures for one batch size."""
+    reps = [dict(r, total=r["pickle"] + r["unpickle"]) for r in results["crossing"]]
+    out = {"rate": statistics.median(results["loader"])}
+    out.update({key: statistics.median(r[key] for r in reps) for key in (*_TIMES, "payload")})
+    out["tensors"], out["storages"] = reps[-1]["tensors"], reps[-1]["storages"]
     return out
 
 
@@ -111,30 +149,46 @@ def run(quick: bool = False, baseline: Optional[str] = None) -> str:
     Returns:
         The section, ending with a newline.
     """
-    rounds = 1 if quick else 5
+    # Rounds; batches per loader epoch; crossings per batch size and round.
+    rounds, batches, crossings = (1, 2, 2) if quick else (8, 10, 6)
     trees = {"this tree": str(ROOT)}
-    with tempfile.TemporaryDirectory() as tmp:
+    units = [("loader", b) for b in BATCH_SIZES]
+    units += [("cross", b) for b in BATCH_SIZES for _ in range(crossings)]
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         # The child runs from a folder of its own: a script's folder goes first on sys.path.
         script = os.path.join(tmp, "child", "transport_child.py")
         os.makedirs(os.path.dirname(script))
         shutil.copyfile(CHILD, script)
         if baseline:
             trees[f"baseline {baseline}"] = _export(baseline, os.path.join(tmp, "baseline"))
-        results: Dict[str, List[Dict[str, Any]]] = {name: [] for name in trees}
-        for r in range(rounds):
-            order = list(trees.items()) if r % 2 == 0 else list(reversed(trees.items()))
-            for name, tree in order:
-                results[name].append(_measure(script, tree, quick))
-    names = list(trees)
-    med = {(n, b): _summary(results[n], b) for n in names for b in BATCH_SIZES}
+        children = {}
+        for name, tree in trees.items():
+            log = stack.enter_context(tempfile.TemporaryFile("w+"))
+            children[name] = _Child(script, tree, batches, log)
+            stack.callback(children[name].close)
+        names = list(trees)
+        results: Dict[Tuple[str, int], Dict[str, list]] = {
+            (n, b): {"loader": [], "crossing": []} for n in names for b in BATCH_SIZES
+        }
+        turn = 0
+        for _ in range(rounds):
+            for kind, b in units:
+                for name in names[::-1] if turn % 2 else names:
+                    answer = children[name].ask(f"{kind} {b}")
+                    if kind == "loader":
+                        results[name, b]["loader"].append(answer["rate"])
+                    else:
+                        results[name, b]["crossing"].append(answer)
+                turn += 1
+    med = {key: _summary(value) for key, value in results.items()}
 
     lines = [
         "## Transport: a collated batch from a DataLoader worker to the main process",
         "",
         "Small detection samples (uint8 image 3 x (40-64) x (40-64), 1-20 boxes and labels, "
-        "`cpu_only` metas), one chunk per batch; CPU, child processes; medians of "
-        f"{rounds} round(s)"
-        + (f", this tree and `{baseline}` alternating" if baseline else "")
+        "`cpu_only` metas), one chunk per batch; CPU, one child process per tree; medians "
+        f"of {rounds} round(s) of one epoch and {crossings} crossings per batch size"
+        + (f", this tree and `{baseline}` taking turns" if baseline else "")
         + ". Ratios are this tree / baseline.",
         "",
         "### Loader only: batches/s, 2 workers, `persistent_workers=True`, `pin_memory=False`",
