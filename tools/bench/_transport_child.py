@@ -4,7 +4,7 @@
 script (so that neither ``tools/bench`` nor a baseline tree lands on ``sys.path``
 by way of the script's folder, and so that DataLoader workers can import the
 dataset class whatever the start method), with ``PYTHONPATH`` set to the tree
-under test: ``python transport_child.py BATCHES_PER_EPOCH B [B ...]``.
+under test: ``python transport_child.py SAMPLES_PER_EPOCH B [B ...]``.
 
 It starts a 2-worker loader per batch size and a producer process, runs one
 untimed epoch and crossing of each, prints ``{"__file__": <mmpar's>}`` and then
@@ -113,10 +113,10 @@ def count_tensors(obj: Any) -> Tuple[int, int]:
     return len(tensors), len(storages)
 
 
-def make_loader(batch_size: int, batches: int) -> DataLoader:
-    """The loader under test: ``batches`` batches of ``batch_size`` samples an epoch."""
+def make_loader(batch_size: int, samples: int) -> DataLoader:
+    """The loader under test: ``samples // batch_size`` batches an epoch."""
     return DataLoader(
-        SmallDetection(batch_size * batches),
+        SmallDetection(samples // batch_size * batch_size),
         batch_size=batch_size,
         num_workers=WORKERS,
         collate_fn=functools.partial(collate, samples_per_gpu=batch_size),
@@ -185,9 +185,9 @@ def cross(conn: Connection, batch_size: int) -> Dict[str, float]:
 
 
 def main(argv: List[str]) -> None:
-    batches, batch_sizes = int(argv[0]), [int(b) for b in argv[1:]]
+    samples, batch_sizes = int(argv[0]), [int(b) for b in argv[1:]]
     torch.set_num_threads(1)
-    loaders = {b: make_loader(b, batches) for b in batch_sizes}
+    loaders = {b: make_loader(b, samples) for b in batch_sizes}
     ours, theirs = multiprocessing.Pipe()
     producer = multiprocessing.Process(target=_producer, args=(theirs,), daemon=True)
     producer.start()

@@ -75,14 +75,14 @@ class _Child:
     Args:
         script: The copy of ``_transport_child.py`` to run.
         tree: The root of the tree whose ``mmpar`` it measures.
-        batches: Batches per loader epoch.
+        samples: Samples per loader epoch, whatever the batch size (epochs of one length).
         log: A file for its stderr, shown when it fails.
     """
 
-    def __init__(self, script: str, tree: str, batches: int, log: IO[str]) -> None:
+    def __init__(self, script: str, tree: str, samples: int, log: IO[str]) -> None:
         self.tree, self.log = tree, log
         self.proc = subprocess.Popen(
-            [sys.executable, "-W", "ignore", script, str(batches), *map(str, BATCH_SIZES)],
+            [sys.executable, "-W", "ignore", script, str(samples), *map(str, BATCH_SIZES)],
             env=dict(os.environ, PYTHONPATH=tree, OMP_NUM_THREADS="1"),
             cwd=tree,
             stdin=subprocess.PIPE,
@@ -149,8 +149,8 @@ def run(quick: bool = False, baseline: Optional[str] = None) -> str:
     Returns:
         The section, ending with a newline.
     """
-    # Rounds; batches per loader epoch; crossings per batch size and round.
-    rounds, batches, crossings = (1, 2, 2) if quick else (8, 10, 6)
+    # Rounds; samples per loader epoch; crossings per batch size and round.
+    rounds, samples, crossings = (1, 128, 2) if quick else (8, 640, 6)
     trees = {"this tree": str(ROOT)}
     units = [("loader", b) for b in BATCH_SIZES]
     units += [("cross", b) for b in BATCH_SIZES for _ in range(crossings)]
@@ -164,7 +164,7 @@ def run(quick: bool = False, baseline: Optional[str] = None) -> str:
         children = {}
         for name, tree in trees.items():
             log = stack.enter_context(tempfile.TemporaryFile("w+"))
-            children[name] = _Child(script, tree, batches, log)
+            children[name] = _Child(script, tree, samples, log)
             stack.callback(children[name].close)
         names = list(trees)
         results: Dict[Tuple[str, int], Dict[str, list]] = {
@@ -187,7 +187,8 @@ def run(quick: bool = False, baseline: Optional[str] = None) -> str:
         "",
         "Small detection samples (uint8 image 3 x (40-64) x (40-64), 1-20 boxes and labels, "
         "`cpu_only` metas), one chunk per batch; CPU, one child process per tree; medians "
-        f"of {rounds} round(s) of one epoch and {crossings} crossings per batch size"
+        f"of {rounds} round(s) of one epoch ({samples} samples) and {crossings} crossings per "
+        "batch size"
         + (f", this tree and `{baseline}` taking turns" if baseline else "")
         + ". Ratios are this tree / baseline.",
         "",
