@@ -162,6 +162,7 @@ def test_quick_transport_section_compares_this_tree_with_a_baseline_revision() -
     assert TRANSPORT in out and "this tree and `HEAD` taking turns" in out
     loader = _table(out, "| batch | this tree (batches/s) | baseline HEAD (batches/s) |")
     assert [r["batch"] for r in loader] == ["B=16", "B=64"]
+    # --quick times one epoch per tree: the median of the paired ratios is their ratio.
     for row in loader:
         this, base = (
             _number(row["this tree (batches/s)"]),
