@@ -143,6 +143,14 @@ def _paired_ratio(this: List[float], base: List[float]) -> float:
     return statistics.median(x / y for x, y in zip(this, base))
 
 
+def _load_average() -> str:
+    """The 1-minute load average, or ``n/a`` where the platform has none."""
+    try:
+        return f"{os.getloadavg()[0]:.1f}"
+    except (AttributeError, OSError):
+        return "n/a"
+
+
 def _verdict(met: bool) -> str:
     """A target's verdict, in bold."""
     return "**met**" if met else "**not met**"
@@ -159,7 +167,8 @@ def run(quick: bool = False, baseline: Optional[str] = None) -> str:
         The section, ending with a newline.
     """
     # Rounds; samples per loader epoch; crossings per batch size and round.
-    rounds, samples, crossings = (1, 128, 2) if quick else (8, 640, 6)
+    rounds, samples, crossings = (1, 128, 2) if quick else (16, 320, 3)
+    load_before = _load_average()
     trees = {"this tree": str(ROOT)}
     units = [("loader", b) for b in BATCH_SIZES]
     units += [("cross", b) for b in BATCH_SIZES for _ in range(crossings)]
@@ -207,9 +216,14 @@ def run(quick: bool = False, baseline: Optional[str] = None) -> str:
         "`cpu_only` metas), one chunk per batch; CPU, one child process per tree; medians "
         f"of {rounds} round(s) of one epoch ({samples} samples) and {crossings} crossings per "
         "batch size"
-        + (f", this tree and `{baseline}` taking turns" if baseline else "")
-        + ". Ratios this tree / baseline are the medians of the ratios of the two "
-        "measurements taken in the same turn.",
+        + (
+            f", this tree and `{baseline}` taking turns; ratios this tree / baseline are the "
+            "medians of the ratios of the two measurements of each turn"
+            if baseline
+            else ""
+        )
+        + f". 1-minute load average before / after: {load_before} / {_load_average()} "
+        f"({os.cpu_count()} CPUs): the loader figures swing with the load.",
         "",
         "### Loader only: batches/s, 2 workers, `persistent_workers=True`, `pin_memory=False`",
         "",
