@@ -15,7 +15,8 @@ Usage::
 Sections live in ``tools/bench/<name>.py`` and each defines ``run(quick) -> str``
 returning a Markdown section (the figures in ``docs/benchmarks.md`` are its output).
 
-A config that cannot be read or holds bad values ends the run with one line
+A config that cannot be read or holds bad values, or a ``--baseline`` that cannot
+be used (no git, not a git checkout, no such revision), ends the run with one line
 ``error: ...`` on stderr and exit status 2 (--debug: the full traceback instead).
 """
 
@@ -25,6 +26,8 @@ import argparse
 import importlib.util
 import inspect
 import platform
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -41,6 +44,7 @@ from mmpar.runner.cli import add_debug_arg, load_config, user_errors
 from mmpar.runner.config_checks import check_train_config
 
 BENCH_DIR = Path(__file__).resolve().parent / "bench"
+ROOT = BENCH_DIR.parents[1]
 
 
 def sections() -> list:
@@ -53,6 +57,36 @@ def load(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def check_baseline(rev: str) -> None:
+    """Check that ``git archive rev`` can run here: git, a checkout, the revision.
+
+    Args:
+        rev: The ``--baseline`` revision.
+
+    Raises:
+        ValueError: What is missing, in one sentence.
+    """
+    if shutil.which("git") is None:
+        raise ValueError("--baseline needs git, and git is not on PATH")
+    top = subprocess.run(
+        ["git", "rev-parse", "--show-toplevel"], cwd=ROOT, capture_output=True, text=True
+    )
+    if top.returncode != 0 or Path(top.stdout.strip()).resolve() != ROOT:
+        said = (top.stderr.strip().splitlines() or [""])[0]
+        raise ValueError(
+            f"--baseline needs a git checkout, and {ROOT} is not one"
+            + (f" (git: {said})" if said else "")
+            + "; run it from a clone of the repository, not a source tarball"
+        )
+    verify = subprocess.run(
+        ["git", "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
+        cwd=ROOT,
+        capture_output=True,
+    )
+    if verify.returncode != 0:
+        raise ValueError(f"--baseline {rev}: no such revision in {ROOT}")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -79,6 +113,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     unknown = [s for s in chosen if s not in sections()]
     if unknown:
         parser.error(f"unknown section(s) {unknown}; available: {sections()}")
+    if args.baseline:
+        with user_errors(args.debug):
+            check_baseline(args.baseline)
     print(
         f"<!-- torch {torch.__version__}, {torch.get_num_threads()} threads, "
         f"{platform.processor() or platform.machine()}, "
