@@ -210,6 +210,16 @@ def test_mixed_lists_keep_what_cannot_live_in_the_buffer() -> None:
     assert all(isinstance(s, Slot) for s in masks.buffer[1][0].slots)
 
 
+def test_sparse_and_subclassed_tensors_stay_outside_the_buffer() -> None:
+    sparse = torch.eye(3).to_sparse()
+    param = torch.nn.Parameter(torch.ones(2), requires_grad=False)
+    out = collate([DataContainer(sparse), DataContainer(param), DataContainer(torch.ones(2))], 3)
+    (chunk,) = out.data
+    assert chunk[0] is sparse and chunk[1] is param
+    assert torch.equal(chunk[2], torch.ones(2))
+    assert [s is None for s in out.buffer[1][0].slots] == [True, True, False]
+
+
 def test_zero_dim_and_empty_tensors_and_unbuffered_batches() -> None:
     scores = collate([DataContainer(torch.tensor(float(i))) for i in range(3)], 2)
     assert [[float(t) for t in c] for c in scores.data] == [[0.0, 1.0], [2.0]]
