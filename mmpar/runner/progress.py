@@ -53,8 +53,8 @@ class Progress:
 
     def update(self, n: int) -> None:
         """Count ``n`` more images (capped at ``total``) and redraw if it is time."""
-        self.done = min(self.done + int(n), self.total)
-        if not self.enabled:
+        before, self.done = self.done, min(self.done + int(n), self.total)
+        if not self.enabled or before == self.total:  # the finished line stays as drawn
             return
         now = time.perf_counter()
         if (
