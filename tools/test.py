@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
-"""Test a checkpoint: detections over the config's test set, saved and/or scored by mAP@0.5.
+"""Test a checkpoint: detections over the config's test set, saved and/or scored.
+
+Metrics: ``mAP`` (mAP@0.5, VOC-style; the default) and ``bbox`` (COCO AP@[.5:.95],
+AP50, AP75, APs, APm, APl through pycocotools, on a COCO-format test set).
 
 Examples::
 
     python tools/test.py CONFIG work_dirs/tiny_det_synthetic/latest.pth --eval
     python tools/test.py CONFIG CKPT --out results.pkl --eval mAP
+    python tools/test.py COCO_CONFIG CKPT --eval bbox
     python tools/test.py CONFIG CKPT --eval --amp
     python -m torch.distributed.run --nproc_per_node=2 tools/test.py CONFIG CKPT \
         --launcher pytorch --eval
@@ -13,6 +17,9 @@ Results are collected from every process in dataset order, each image once. The
 metrics are printed and written as JSON: next to ``--out`` (``<out>.metrics.json``)
 or, without ``--out``, to ``<work dir>/eval_<timestamp>.json``, the work dir being
 --work-dir when given, else the checkpoint's folder.
+
+On a terminal, progress and an ETA are drawn on stderr (rank 0 only) while the
+images are processed; piped or redirected output has none of it.
 
 A user error (bad config, option, path or checkpoint) ends the run with one line
 ``error: ...`` on stderr and exit status 2 (--debug: the full traceback instead).
@@ -51,12 +58,19 @@ from mmpar.runner.cli import (
     user_errors,
 )
 from mmpar.runner.config_checks import check_test_config
-from mmpar.runner.inference import class_rows, eval_samples_per_gpu, evaluate_map, run_inference
+from mmpar.runner.inference import (
+    METRICS,
+    check_metrics,
+    detail_lines,
+    eval_samples_per_gpu,
+    evaluate_results,
+    result_lines,
+    run_inference,
+)
 from mmpar.runner.launch import run_device, wrap_model
 from mmpar.runner.optim_step import resolve_precision
 from mmpar.runner.speed import apply_speed_options
 
-METRICS = ("mAP",)
 OUT_FORMATS = (".pkl", ".json")
 
 
@@ -78,7 +92,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         nargs="*",
         default=None,
         metavar="METRIC",
-        help=f"evaluate; metrics among {list(METRICS)} (default: mAP)",
+        help=f"evaluate; metrics among {list(METRICS)} (default: mAP; bbox: COCO AP through "
+        "pycocotools, on a COCO-format test set)",
     )
     parser.add_argument(
         "--amp",
@@ -127,8 +142,10 @@ def _json_safe(value):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    metrics_wanted = (args.eval or list(METRICS)) if args.eval is not None else []
+    metrics_wanted = list(dict.fromkeys(args.eval or ["mAP"])) if args.eval is not None else []
     check_choices(metrics_wanted, METRICS, "--eval")
+    with user_errors(args.debug, "--eval bbox", errors=(ImportError,)):
+        check_metrics(metrics_wanted)
     cfg = load_config(args.config, args.cfg_options, args.debug)
     if args.amp:
         cfg["amp"] = cfg.get("amp") or True
@@ -145,6 +162,8 @@ def main(argv=None) -> int:
 
     with user_errors(args.debug, "data.test", hint):
         dataset = build_dataset(cfg.data.test, test_mode=True)
+    with user_errors(args.debug, "--eval bbox", errors=(ValueError,)):
+        check_metrics(metrics_wanted, dataset)
     data_cfg = cfg.data
     pin = None if run_device(distributed).type == "cuda" else False  # None: pinned with CUDA
     loader = build_dataloader(
@@ -188,9 +207,8 @@ def main(argv=None) -> int:
             save_results(results, Path(args.out))
             print(f"detections written to {args.out}", flush=True)
         if metrics_wanted:
-            metrics = evaluate_map(dataset, results)
-            print("\n".join(class_rows(metrics)))
-            print(f"mAP@0.5: {metrics['mAP']:.4f}", flush=True)
+            metrics = evaluate_results(dataset, results, metrics_wanted)
+            print("\n".join(detail_lines(metrics) + result_lines(metrics)), flush=True)
             if args.out:
                 target = Path(args.out).with_suffix(".metrics.json")
             else:

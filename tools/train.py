@@ -54,6 +54,7 @@ from mmpar.runner.cli import (
 )
 from mmpar.runner.compile import resolve_compile
 from mmpar.runner.config_checks import check_train_config
+from mmpar.runner.inference import check_metrics, headline, metric_names
 from mmpar.runner.launch import run_device, scale_lr
 from mmpar.runner.logger import get_logger
 from mmpar.runner.optim_step import resolve_precision
@@ -212,6 +213,13 @@ def main(argv=None) -> int:
         dataset = build_dataset(cfg.data.train)
     with user_errors(args.debug, "data.val", hint + " (or pass --no-validate)"):
         val_dataset = None if args.no_validate else build_dataset(cfg.data.val, test_mode=True)
+    if val_dataset is not None:  # before training, not at the first evaluation
+        with user_errors(
+            args.debug, "evaluation.metric", errors=(ImportError, TypeError, ValueError)
+        ):
+            check_metrics(
+                metric_names((cfg.get("evaluation") or {}).get("metric") or "mAP"), val_dataset
+            )
     logger.info(f"config {args.config}:\n{cfg.pretty_text}")
     if rank == 0:
         cfg.dump(work_dir / f"{Path(args.config).stem}.py")
@@ -232,9 +240,10 @@ def main(argv=None) -> int:
     )
     summary = f"done in {time.perf_counter() - started:.1f} s"
     if metrics["before"] is not None or metrics["after"] is not None:
-        before = "n/a" if metrics["before"] is None else f"{metrics['before']['mAP']:.4f}"
-        after = "n/a" if metrics["after"] is None else f"{metrics['after']['mAP']:.4f}"
-        summary += f"; mAP@0.5 before training: {before}, after: {after}"
+        name = headline(metrics["after"] or metrics["before"])[0]
+        before = "n/a" if metrics["before"] is None else f"{headline(metrics['before'])[1]:.4f}"
+        after = "n/a" if metrics["after"] is None else f"{headline(metrics['after'])[1]:.4f}"
+        summary += f"; {name} before training: {before}, after: {after}"
     logger.info(summary)
     destroy_dist()
     return 0

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Sequence
 
 import torch
 from torch import nn
@@ -29,11 +29,14 @@ from mmpar.runner.checkpoint import (
 from mmpar.runner.compile import CompileMonitor, compile_model, resolve_compile
 from mmpar.runner.config_checks import check_train_config
 from mmpar.runner.inference import (
-    class_rows,
+    check_metrics,
+    detail_lines,
     eval_samples_per_gpu,
-    evaluate_map,
+    evaluate_results,
+    metric_names,
     multi_gpu_test,
     run_inference,
+    scalar_metrics,
     single_gpu_test,
 )
 from mmpar.runner.launch import run_device, wrap_model
@@ -53,9 +56,16 @@ def _get(cfg: Any, key: str, default: Any = None) -> Any:
     return default if value is None else value
 
 
-def evaluate(model: nn.Module, data_loader: Any, dataset: Any, distributed: bool) -> Dict[str, Any]:
-    """Detections over ``dataset`` (every rank, in dataset order) and their mAP@0.5."""
-    return evaluate_map(dataset, run_inference(model, data_loader, distributed))
+def evaluate(
+    model: nn.Module,
+    data_loader: Any,
+    dataset: Any,
+    distributed: bool,
+    metrics: Sequence[str] = ("mAP",),
+) -> Dict[str, Any]:
+    """Detections over ``dataset`` (every rank, in dataset order) and their ``metrics``
+    (see :func:`mmpar.runner.inference.evaluate_results`)."""
+    return evaluate_results(dataset, run_inference(model, data_loader, distributed), metrics)
 
 
 def _log_eval(
@@ -65,12 +75,14 @@ def _log_eval(
     state: TrainState,
     tag: str,
 ) -> None:
-    logger.info(f"Epoch({tag}) [{state.epoch}]\tmAP: {metrics['mAP']:.4f}")
-    for line in class_rows(metrics):
+    scalars = scalar_metrics(metrics)
+    figures = ", ".join(f"{key}: {value:.4f}" for key, value in scalars.items())
+    if "bbox_mAP_copypaste" in metrics:
+        figures += f", bbox_mAP_copypaste: {metrics['bbox_mAP_copypaste']}"
+    logger.info(f"Epoch({tag}) [{state.epoch}]\t{figures}")
+    for line in detail_lines(metrics):
         logger.info(line)
-    json_log.write(
-        dict(mode="val", tag=tag, epoch=state.epoch, iter=state.iter, mAP=metrics["mAP"])
-    )
+    json_log.write(dict(mode="val", tag=tag, epoch=state.epoch, iter=state.iter, **scalars))
 
 
 def _meta(cfg: Any, state: TrainState, seed: Optional[int]) -> Dict[str, Any]:
@@ -113,7 +125,8 @@ def train_model(
     ``cudnn_benchmark``, ``channels_last`` (see :mod:`mmpar.runner.speed`),
     ``lr_config``, ``runner.max_epochs``, ``checkpoint_config.interval``,
     ``log_config.interval``, ``evaluation`` (``interval``: every N epochs, 0 for the
-    end only; ``before_train``), ``resume_from``, ``load_from``,
+    end only; ``before_train``; ``metric``: ``"mAP"``, ``"bbox"`` or both, see
+    :data:`mmpar.runner.inference.METRICS`), ``resume_from``, ``load_from``,
     ``find_unused_parameters``.
 
     A checkpoint ``epoch_N.pth`` (model, optimizer, epoch, iteration, rng states,
@@ -136,11 +149,14 @@ def train_model(
 
     Returns:
         ``dict(before=metrics or None, after=metrics or None, state=TrainState)``,
-        metrics being ``dict(mAP=..., per_class=[...])``.
+        metrics being ``dict(mAP=..., per_class=[...])`` and/or the ``bbox_*`` figures.
 
     Raises:
         ValueError: ``validate`` without ``val_dataset``, a missing key or a value
-            out of range (see :func:`mmpar.runner.config_checks.check_train_config`).
+            out of range (see :func:`mmpar.runner.config_checks.check_train_config`),
+            an unknown ``evaluation.metric`` or ``bbox`` on a dataset without COCO
+            annotations.
+        ImportError: ``evaluation.metric`` ``bbox`` without pycocotools.
         TypeError: a config value of the wrong type.
     """
     if validate and val_dataset is None:
@@ -219,13 +235,15 @@ def train_model(
     )
 
     eval_cfg = _get(cfg, "evaluation", {})
+    eval_metrics = metric_names(_get(eval_cfg, "metric", "mAP"))
     val_loader = None
     if validate:
+        check_metrics(eval_metrics, val_dataset)
         val_loader = make_loader(val_dataset, eval_samples_per_gpu(data_cfg), shuffle=False)
     metrics: Dict[str, Any] = dict(before=None, after=None, state=state)
     if validate and state.epoch == 0 and _get(eval_cfg, "before_train", True):
         with autocast(stepper.amp_dtype, device):
-            metrics["before"] = evaluate(model, val_loader, val_dataset, distributed)
+            metrics["before"] = evaluate(model, val_loader, val_dataset, distributed, eval_metrics)
         _log_eval(logger, json_log, metrics["before"], state, "before training")
     if rng is not None:
         set_rng_state(rng)
@@ -255,7 +273,9 @@ def train_model(
             _save(work_dir, model, optimizer, cfg, state, seed, logger, stepper)
         if validate and (last or (eval_interval > 0 and state.epoch % eval_interval == 0)):
             with autocast(stepper.amp_dtype, device):
-                metrics["after"] = evaluate(model, val_loader, val_dataset, distributed)
+                metrics["after"] = evaluate(
+                    model, val_loader, val_dataset, distributed, eval_metrics
+                )
             _log_eval(logger, json_log, metrics["after"], state, "val")
     if monitor is not None:
         logger.info(f"torch.compile over the run: {monitor.counts}")

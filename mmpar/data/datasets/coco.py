@@ -15,6 +15,7 @@ from mmpar.data.datasets.coco_format import (
     load_json,
     select_categories,
 )
+from mmpar.evaluation.coco_bbox import normalize_coco_gt
 from mmpar.registry import DATASETS
 
 __all__ = ["CocoDetection"]
@@ -127,3 +128,27 @@ class CocoDetection(DetectionDataset):
     def get_ann_info(self, idx: int) -> Dict[str, np.ndarray]:
         ann = self.ann_infos[self._check_index(idx)]
         return {key: value.copy() for key, value in ann.items()}
+
+    def coco_ground_truth(self) -> Dict[str, Any]:
+        """The annotation file as COCO ground truth for pycocotools' ``COCOeval``.
+
+        The file is read again (the dataset keeps only its per-image arrays, which is
+        what the loader's workers copy) and passed through
+        :func:`mmpar.evaluation.coco_bbox.normalize_coco_gt`: every annotation, as
+        written, with ``area``, ``iscrowd`` and ``id`` filled in where missing. The
+        boxes this dataset leaves out of training (degenerate, outside the image)
+        stay, as in any evaluation against the file.
+
+        Raises:
+            ValueError: the file has no ``annotations`` (allowed in test mode, but
+                there is nothing to score against), or is no longer valid.
+        """
+        data = load_json(self.ann_file)
+        if "annotations" not in data:
+            raise ValueError(
+                f"CocoDetection: {self.ann_file!r} has no 'annotations': there is no ground "
+                "truth to evaluate against"
+            )
+        check_images(data, self.ann_file)
+        check_categories(data, self.ann_file)
+        return normalize_coco_gt(data)
