@@ -8,10 +8,18 @@ with everything it started when the test ends.
 from __future__ import annotations
 
 import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import time
 import types
 from pathlib import Path
 
 import pytest
+
+from tests._dist_helpers import free_port, run_launcher, stop_process_tree, torchrun_workers
+from tests.test_tools import torchrun_launcher, train_args
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,3 +40,97 @@ def _tool(name: str) -> types.ModuleType:
 def test_tools_take_both_local_rank_spellings(tool: str, positional: list, spelling: str) -> None:
     args = _tool(tool).parse_args([*positional, *spelling.split(), "--launcher", "pytorch"])
     assert args.local_rank == 1 and args.launcher == "pytorch"
+
+
+# --------------------------------------------------------------------------- #
+# A peer that hangs: the run ends within dist_params.timeout
+# --------------------------------------------------------------------------- #
+PG_TIMEOUT = 20  # dist_params.timeout of the hang test
+SLACK = 40  # what the timeout may be overrun by: the failure report, torchrun's teardown
+# Long enough that the run is still training when a rank is stopped.
+LONG = [
+    "runner.max_epochs=200",
+    "data.train.num_samples=32",
+    "data.samples_per_gpu=4",
+    "log_config.interval=1",
+    "dist_params.backend='gloo'",
+]
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert proc.poll() is None, f"the run ended (exit {proc.returncode}) before {path} appeared"
+        assert time.monotonic() < deadline, f"{path} did not appear within {timeout} s"
+        time.sleep(0.1)
+
+
+@pytest.mark.slow
+def test_a_stopped_rank_ends_the_run_within_the_timeout(tmp_path: Path) -> None:
+    work_dir = tmp_path / "work"
+    options = LONG + [f"dist_params.timeout={PG_TIMEOUT}"]
+    args = train_args(work_dir, "--launcher", "pytorch", "--no-validate", options=options)
+    proc = subprocess.Popen(
+        [sys.executable, *torchrun_launcher(2), *args],
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    stopped = None
+    try:
+        _wait_for(work_dir / "epoch_1.pth", proc, 120)
+        stopped = torchrun_workers(proc.pid)[1]
+        os.kill(stopped, signal.SIGSTOP)
+        started = time.monotonic()
+        try:
+            out, _ = proc.communicate(timeout=PG_TIMEOUT + SLACK)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the run did not end within {PG_TIMEOUT + SLACK} s of the stop")
+        elapsed = time.monotonic() - started
+    finally:
+        if stopped is not None:
+            for sig in (signal.SIGCONT, signal.SIGKILL):
+                try:
+                    os.kill(stopped, sig)
+                except ProcessLookupError:
+                    pass
+        stop_process_tree(proc, grace=0.0)
+    assert proc.returncode != 0, out[-3000:]
+    print(f"the run ended {elapsed:.1f} s after the stop")
+    assert elapsed >= PG_TIMEOUT - 1, f"ended after {elapsed:.1f} s: not by the timeout"
+    # rank 0 says it in one line, without a traceback; torchrun then reports both ranks.
+    errors = [line for line in out.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, out[-5000:]
+    assert errors[0].startswith("error: rank 0 of 2: the process group failed"), errors
+    assert f"dist_params.timeout={PG_TIMEOUT} s" in errors[0] and "Timed out" in errors[0]
+    assert "[rank0]: Traceback" not in out, out[-5000:]
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_group_that_cannot_form_fails_within_the_timeout(tmp_path: Path, rank: int) -> None:
+    # One rank of two, started by hand: its peer never comes.
+    port = free_port()
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(ROOT),
+        OMP_NUM_THREADS="1",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE="2",
+    )
+    args = train_args(tmp_path, "--launcher", "pytorch", options=LONG + ["dist_params.timeout=5"])
+    started = time.monotonic()
+    proc = run_launcher([sys.executable, *args], timeout=90, cwd=ROOT, env=env)
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert f"rank {rank} of 2 waited 5 s at 127.0.0.1:{port}" in errors[0], errors[0]
+    assert "did not form" in errors[0]
+    # Rank 1's store client retries its connection once: twice the timeout, plus start-up.
+    assert elapsed < 2 * 5 + 30, elapsed
