@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 import types
 from pathlib import Path
+from typing import Dict, List
 
 import pytest
+import torch
 
 from tests._dist_helpers import free_port, run_launcher, stop_process_tree, torchrun_workers
 from tests.test_tools import torchrun_launcher, train_args
@@ -134,3 +137,94 @@ def test_a_group_that_cannot_form_fails_within_the_timeout(tmp_path: Path, rank:
     assert "did not form" in errors[0]
     # Rank 1's store client retries its connection once: twice the timeout, plus start-up.
     assert elapsed < 2 * 5 + 30, elapsed
+
+
+# --------------------------------------------------------------------------- #
+# torchrun --max-restarts with --auto-resume: a killed rank costs the work since
+# the last checkpoint, and the run ends where an uninterrupted one ends
+# --------------------------------------------------------------------------- #
+EPOCHS = 8
+KILL_AFTER = 4  # rank 1 is killed once epoch_<KILL_AFTER>.pth exists
+RESTART = [
+    f"runner.max_epochs={EPOCHS}",
+    "data.train.num_samples=16",
+    "data.samples_per_gpu=2",
+    "log_config.interval=1",
+    "checkpoint_config.interval=1",
+    "dist_params.backend='gloo'",
+    "dist_params.timeout=60",
+]
+RESTART_TIMEOUT = 240
+
+
+def _elastic_cmd(work_dir: Path, rdzv: str, max_restarts: int) -> List[str]:
+    port = free_port()
+    if rdzv == "c10d":
+        launcher = ["--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}"]
+    else:
+        launcher = [f"--master_port={port}"]
+    args = train_args(
+        work_dir, "--launcher", "pytorch", "--no-validate", "--auto-resume", options=RESTART
+    )
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        f"--max-restarts={max_restarts}",
+        *launcher,
+        *args,
+    ]
+
+
+def _final_state(work_dir: Path) -> Dict[str, torch.Tensor]:
+    checkpoint = torch.load(work_dir / "latest.pth", map_location="cpu", weights_only=True)
+    assert checkpoint["meta"]["epoch"] == EPOCHS
+    return checkpoint["state_dict"]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, torch.Tensor]:
+    work_dir = tmp_path_factory.mktemp("uninterrupted")
+    cmd = _elastic_cmd(work_dir, "static", 0)
+    proc = run_launcher(cmd, timeout=RESTART_TIMEOUT, cwd=ROOT, env=_env())
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    return _final_state(work_dir)
+
+
+def _env() -> Dict[str, str]:
+    return dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rdzv", ["static", "c10d"])
+def test_a_killed_rank_restarts_and_ends_bit_identical(
+    tmp_path: Path, rdzv: str, uninterrupted: Dict[str, torch.Tensor]
+) -> None:
+    work_dir = tmp_path / "work"
+    proc = subprocess.Popen(
+        _elastic_cmd(work_dir, rdzv, 2),
+        cwd=ROOT,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        _wait_for(work_dir / f"epoch_{KILL_AFTER}.pth", proc, RESTART_TIMEOUT)
+        os.kill(torchrun_workers(proc.pid)[1], signal.SIGKILL)
+        try:
+            out, _ = proc.communicate(timeout=RESTART_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the restarted run did not end within {RESTART_TIMEOUT} s")
+    finally:
+        stop_process_tree(proc, grace=0.0)
+    assert proc.returncode == 0, out[-6000:]
+    # Both ranks of the restarted group resumed, from a checkpoint at or after the kill.
+    resumed = re.findall(r"auto-resume: resuming from \S+ \(epoch (\d+) of", out)
+    assert len(resumed) >= 1 and int(resumed[-1]) >= KILL_AFTER, out[-6000:]
+    got = _final_state(work_dir)
+    assert got.keys() == uninterrupted.keys()
+    for key, value in uninterrupted.items():
+        assert torch.equal(got[key], value), f"{key} differs from the uninterrupted run's"
