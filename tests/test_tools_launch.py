@@ -196,16 +196,15 @@ def _env() -> Dict[str, str]:
     return dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("rdzv", ["static", "c10d"])
-def test_a_killed_rank_restarts_and_ends_bit_identical(
-    tmp_path: Path, rdzv: str, uninterrupted: Dict[str, torch.Tensor]
+def _kill_rank_and_compare(
+    cmd: List[str], env: Dict[str, str], work_dir: Path, expected: Dict[str, torch.Tensor]
 ) -> None:
-    work_dir = tmp_path / "work"
+    """Run ``cmd``, SIGKILL rank 1 once epoch KILL_AFTER is saved, and check that the
+    restarted group resumed and ended with the ``expected`` parameters, bit for bit."""
     proc = subprocess.Popen(
-        _elastic_cmd(work_dir, rdzv, 2),
+        cmd,
         cwd=ROOT,
-        env=_env(),
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -225,6 +224,49 @@ def test_a_killed_rank_restarts_and_ends_bit_identical(
     resumed = re.findall(r"auto-resume: resuming from \S+ \(epoch (\d+) of", out)
     assert len(resumed) >= 1 and int(resumed[-1]) >= KILL_AFTER, out[-6000:]
     got = _final_state(work_dir)
-    assert got.keys() == uninterrupted.keys()
-    for key, value in uninterrupted.items():
+    assert got.keys() == expected.keys()
+    for key, value in expected.items():
         assert torch.equal(got[key], value), f"{key} differs from the uninterrupted run's"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rdzv", ["static", "c10d"])
+def test_a_killed_rank_restarts_and_ends_bit_identical(
+    tmp_path: Path, rdzv: str, uninterrupted: Dict[str, torch.Tensor]
+) -> None:
+    work_dir = tmp_path / "work"
+    _kill_rank_and_compare(_elastic_cmd(work_dir, rdzv, 2), _env(), work_dir, uninterrupted)
+
+
+@pytest.mark.slow
+def test_dist_train_sh_with_max_restarts_and_c10d_resumes_a_killed_rank(
+    tmp_path: Path, uninterrupted: Dict[str, torch.Tensor]
+) -> None:
+    work_dir = tmp_path / "work"
+    # dist_train.sh adds --launcher pytorch, and --auto-resume for MAX_RESTARTS.
+    args = train_args(work_dir, "--no-validate", options=RESTART)
+    cmd = ["bash", str(ROOT / "tools" / "dist_train.sh"), args[1], "2", *args[2:]]
+    env = dict(_env(), MAX_RESTARTS="2", RDZV="c10d", PORT=str(free_port()), PYTHON=sys.executable)
+    _kill_rank_and_compare(cmd, env, work_dir, uninterrupted)
+
+
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"MAX_RESTARTS": "two"}, "error: MAX_RESTARTS: expected an integer >= 0, got 'two'"),
+        ({"RDZV": "etcd"}, "error: RDZV: expected static or c10d, got 'etcd'"),
+    ],
+)
+@pytest.mark.parametrize("script", ["dist_train.sh", "slurm_train.sh"])
+def test_launch_scripts_refuse_bad_restart_settings(
+    script: str, env: Dict[str, str], message: str
+) -> None:
+    positional = ["c.py", "2"] if script == "dist_train.sh" else ["p", "job", "c.py", "work"]
+    proc = subprocess.run(
+        ["bash", str(ROOT / "tools" / script), *positional],
+        env=dict(os.environ, **env),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 2 and proc.stderr.strip() == message, proc.stderr
