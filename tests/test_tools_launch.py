@@ -15,12 +15,14 @@ import subprocess
 import sys
 import time
 import types
+import warnings
 from pathlib import Path
 from typing import Dict, List
 
 import pytest
 import torch
 
+from mmpar.dist.init import attempt_store_prefix
 from tests._dist_helpers import free_port, run_launcher, stop_process_tree, torchrun_workers
 from tests.test_tools import torchrun_launcher, train_args
 
@@ -270,3 +272,34 @@ def test_launch_scripts_refuse_bad_restart_settings(
         timeout=30,
     )
     assert proc.returncode == 2 and proc.stderr.strip() == message, proc.stderr
+
+
+# --------------------------------------------------------------------------- #
+# The store prefix of an attempt
+# --------------------------------------------------------------------------- #
+_AGENT = {
+    "TORCHELASTIC_USE_AGENT_STORE": "True",
+    "TORCHELASTIC_RUN_ID": "job7",
+    "TORCHELASTIC_RESTART_COUNT": "2",
+    "TORCHELASTIC_MAX_RESTARTS": "3",
+    "GROUP_WORLD_SIZE": "1",
+}
+
+
+def test_attempt_store_prefix_on_one_node_is_the_attempts() -> None:
+    assert attempt_store_prefix(_AGENT) == "mmpar/job7/attempt2/"
+    assert attempt_store_prefix({**_AGENT, "TORCHELASTIC_RESTART_COUNT": "0"}).endswith("attempt0/")
+
+
+def test_attempt_store_prefix_without_the_agents_store_is_none() -> None:
+    assert attempt_store_prefix({}) is None  # not under torchrun
+    assert attempt_store_prefix({**_AGENT, "TORCHELASTIC_USE_AGENT_STORE": "False"}) is None
+
+
+def test_attempt_store_prefix_on_several_nodes_is_none_and_warns_with_restarts() -> None:
+    with pytest.warns(UserWarning, match="TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1"):
+        assert attempt_store_prefix({**_AGENT, "GROUP_WORLD_SIZE": "2"}) is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        env = {**_AGENT, "GROUP_WORLD_SIZE": "2", "TORCHELASTIC_MAX_RESTARTS": "0"}
+        assert attempt_store_prefix(env) is None
