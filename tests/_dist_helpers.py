@@ -43,6 +43,10 @@ init_group=True, env=None) -> list``
     launcher (torchrun then stops its workers), waits up to ``grace`` seconds,
     then SIGKILLs every process still descending from it.
 
+``torchrun_workers(pid) -> dict``
+    ``{RANK: pid}`` of the workers that the torchrun process ``pid`` runs now
+    (its children that have ``RANK`` in their environment; Linux ``/proc``).
+
 ``fn`` and ``args`` must be picklable: ``fn`` is a module-level function of an
 importable module (a test module is fine: the children get the parent's
 ``sys.path``). Workers are not daemonic, so ``fn`` may start DataLoader
@@ -72,7 +76,7 @@ import time
 import traceback
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-__all__ = ["free_port", "run_workers"]
+__all__ = ["free_port", "run_launcher", "run_workers", "stop_process_tree", "torchrun_workers"]
 
 _KILL_GRACE_S = 5.0
 
@@ -275,6 +279,23 @@ def _descendants(pid: int) -> List[int]:
             found.append(child)
             todo.append(child)
     return found
+
+
+def torchrun_workers(pid: int) -> Dict[int, int]:
+    """``{RANK: pid}`` of the workers the torchrun process ``pid`` runs now (see the module doc)."""
+    workers = {}
+    for child in _descendants(pid):
+        try:
+            with open(f"/proc/{child}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) != pid:
+                    continue
+            with open(f"/proc/{child}/environ", "rb") as f:
+                env = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
+        except (OSError, IndexError, ValueError):
+            continue
+        if b"RANK" in env:
+            workers[int(env[b"RANK"])] = child
+    return workers
 
 
 def stop_process_tree(proc: "subprocess.Popen", grace: float = 10.0) -> None:

@@ -53,6 +53,8 @@ from mmpar.runner.cli import (
     add_debug_arg,
     add_launcher_args,
     check_choices,
+    dist_timeout,
+    group_failures,
     load_config,
     start_launcher,
     user_errors,
@@ -158,70 +160,74 @@ def main(argv=None) -> int:
     with user_errors(args.debug, hint="give a checkpoint (or state_dict) of the model"):
         checkpoint = load_checkpoint(args.checkpoint)
     distributed = start_launcher(args.launcher, args.local_rank, cfg)
-    rank, world_size = get_dist_info()
+    with group_failures(args.debug, dist_timeout(cfg)):
+        rank, world_size = get_dist_info()
 
-    with user_errors(args.debug, "data.test", hint):
-        dataset = build_dataset(cfg.data.test, test_mode=True)
-    with user_errors(args.debug, "--eval bbox", errors=(ValueError,)):
-        check_metrics(metrics_wanted, dataset)
-    data_cfg = cfg.data
-    pin = None if run_device(distributed).type == "cuda" else False  # None: pinned with CUDA
-    loader = build_dataloader(
-        dataset,
-        eval_samples_per_gpu(data_cfg),
-        data_cfg.workers_per_gpu,
-        dist=distributed,
-        shuffle=False,
-        seed=0,
-        pin_memory=pin,
-    )
-    with user_errors(args.debug, "model", hint):
-        model = build_model(cfg.model)
-    give = f"give a checkpoint (or state_dict) of the model of {args.config}"
-    with user_errors(args.debug, hint=give, errors=(ValueError,)):
-        weights, kind = model_weights(checkpoint, args.checkpoint)
-    with user_errors(
-        args.debug, f"checkpoint {args.checkpoint!r}", give, errors=(ValueError, RuntimeError)
-    ):
-        unwrap_module(model).load_state_dict(weights)
-    if rank == 0:
-        print(f"weights: {args.checkpoint} ({kind})", flush=True)
-    del checkpoint, weights
-    device = run_device(distributed)
-    with user_errors(args.debug, hint=hint, errors=(TypeError, ValueError, RuntimeError)):
-        dtype = resolve_precision(cfg, device)
-        apply_speed_options(cfg, model, False, logging.getLogger("mmpar"))
-    model = wrap_model(model, distributed)
-    if dtype is not None and rank == 0:
-        print(f"autocast inference in {str(dtype).replace('torch.', '')}", flush=True)
-    with autocast(dtype, device):
-        results = run_inference(model, loader, distributed)
-
-    if rank == 0:
-        print(
-            f"tested {args.checkpoint} on {dataset!r} with {world_size} process(es): "
-            f"{len(results)} results",
-            flush=True,
+        with user_errors(args.debug, "data.test", hint):
+            dataset = build_dataset(cfg.data.test, test_mode=True)
+        with user_errors(args.debug, "--eval bbox", errors=(ValueError,)):
+            check_metrics(metrics_wanted, dataset)
+        data_cfg = cfg.data
+        pin = None if run_device(distributed).type == "cuda" else False  # None: pinned with CUDA
+        loader = build_dataloader(
+            dataset,
+            eval_samples_per_gpu(data_cfg),
+            data_cfg.workers_per_gpu,
+            dist=distributed,
+            shuffle=False,
+            seed=0,
+            pin_memory=pin,
         )
-        if args.out:
-            save_results(results, Path(args.out))
-            print(f"detections written to {args.out}", flush=True)
-        if metrics_wanted:
-            metrics = evaluate_results(dataset, results, metrics_wanted)
-            print("\n".join(detail_lines(metrics) + result_lines(metrics)), flush=True)
-            if args.out:
-                target = Path(args.out).with_suffix(".metrics.json")
-            else:
-                target = work_dir / f"eval_{time.strftime('%Y%m%d_%H%M%S')}.json"
-            target.parent.mkdir(parents=True, exist_ok=True)
-            record = dict(
-                config=args.config, checkpoint=args.checkpoint, num_images=len(results), **metrics
+        with user_errors(args.debug, "model", hint):
+            model = build_model(cfg.model)
+        give = f"give a checkpoint (or state_dict) of the model of {args.config}"
+        with user_errors(args.debug, hint=give, errors=(ValueError,)):
+            weights, kind = model_weights(checkpoint, args.checkpoint)
+        with user_errors(
+            args.debug, f"checkpoint {args.checkpoint!r}", give, errors=(ValueError, RuntimeError)
+        ):
+            unwrap_module(model).load_state_dict(weights)
+        if rank == 0:
+            print(f"weights: {args.checkpoint} ({kind})", flush=True)
+        del checkpoint, weights
+        device = run_device(distributed)
+        with user_errors(args.debug, hint=hint, errors=(TypeError, ValueError, RuntimeError)):
+            dtype = resolve_precision(cfg, device)
+            apply_speed_options(cfg, model, False, logging.getLogger("mmpar"))
+        model = wrap_model(model, distributed)
+        if dtype is not None and rank == 0:
+            print(f"autocast inference in {str(dtype).replace('torch.', '')}", flush=True)
+        with autocast(dtype, device):
+            results = run_inference(model, loader, distributed)
+
+        if rank == 0:
+            print(
+                f"tested {args.checkpoint} on {dataset!r} with {world_size} process(es): "
+                f"{len(results)} results",
+                flush=True,
             )
-            target.write_text(json.dumps(_json_safe(record), indent=2, allow_nan=False) + "\n")
-            print(f"metrics written to {target}", flush=True)
-    del model  # free DDP (its reducer holds the group) before the group goes
-    destroy_dist()
-    return 0
+            if args.out:
+                save_results(results, Path(args.out))
+                print(f"detections written to {args.out}", flush=True)
+            if metrics_wanted:
+                metrics = evaluate_results(dataset, results, metrics_wanted)
+                print("\n".join(detail_lines(metrics) + result_lines(metrics)), flush=True)
+                if args.out:
+                    target = Path(args.out).with_suffix(".metrics.json")
+                else:
+                    target = work_dir / f"eval_{time.strftime('%Y%m%d_%H%M%S')}.json"
+                target.parent.mkdir(parents=True, exist_ok=True)
+                record = dict(
+                    config=args.config,
+                    checkpoint=args.checkpoint,
+                    num_images=len(results),
+                    **metrics,
+                )
+                target.write_text(json.dumps(_json_safe(record), indent=2, allow_nan=False) + "\n")
+                print(f"metrics written to {target}", flush=True)
+        del model  # free DDP (its reducer holds the group) before the group goes
+        destroy_dist()
+        return 0
 
 
 if __name__ == "__main__":

@@ -47,6 +47,8 @@ from mmpar.runner.cli import (
     add_cfg_options,
     add_debug_arg,
     add_launcher_args,
+    dist_timeout,
+    group_failures,
     load_config,
     resolve_work_dir,
     start_launcher,
@@ -154,6 +156,14 @@ def main(argv=None) -> int:
         # Read by cuBLAS when CUDA starts: before the launcher picks this process's GPU.
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", DETERMINISTIC_CUBLAS)
     distributed = start_launcher(args.launcher, args.local_rank, cfg)
+    with group_failures(args.debug, dist_timeout(cfg)):
+        return _train(args, cfg, plan, work_dir, distributed)
+
+
+def _train(
+    args: argparse.Namespace, cfg, plan: ResumePlan, work_dir: Path, distributed: bool
+) -> int:
+    """Everything after the launcher: the logger, the seed, the model, the data, training."""
     rank, world_size = get_dist_info()
     overwritten = [] if plan.checkpoint else existing_checkpoints(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)

@@ -6,6 +6,16 @@ It behaves like ``python SCRIPT ARGS...`` after :func:`mmpar.compat.patch_mmcv`:
 torchrun::
 
     torchrun --nproc_per_node=2 -m mmpar.compat.run tools/train.py CONFIG --launcher pytorch
+
+and under the legacy launcher, which mmdet 2.x's ``tools/dist_train.sh`` uses::
+
+    python -m torch.distributed.launch --nproc_per_node=2 -m mmpar.compat.run \\
+        tools/train.py CONFIG --launcher pytorch
+
+A ``--local-rank=N`` or ``--local_rank=N`` (or ``--local-rank N``) before SCRIPT
+is the launcher's: it is exported as ``LOCAL_RANK`` and SCRIPT gets the
+arguments torchrun would give it, without it. See :func:`split_local_rank` for
+why that is what scripts written for either launcher need.
 """
 
 from __future__ import annotations
@@ -13,22 +23,90 @@ from __future__ import annotations
 import os
 import runpy
 import sys
-from typing import List, Optional
+from typing import List, NoReturn, Optional, Tuple
 
 from mmpar.compat.patch import patch_mmcv
 
-__all__ = ["main"]
+__all__ = ["main", "split_local_rank"]
 
-_USAGE = "usage: python -m mmpar.compat.run SCRIPT [ARGS...]"
+_USAGE = "usage: python -m mmpar.compat.run [--local-rank=N] SCRIPT [ARGS...]"
+_LOCAL_RANK_FLAGS = ("--local-rank", "--local_rank")
+
+
+def split_local_rank(argv: List[str]) -> Tuple[Optional[int], List[str]]:
+    """Take the launcher's local-rank argument off the front of ``argv``.
+
+    ``torch.distributed.launch`` puts ``--local-rank=N`` (torch >= 2.0) or
+    ``--local_rank=N`` (torch 1.x) before the script's own arguments; here that
+    is before SCRIPT. It is removed rather than handed on, so that SCRIPT sees
+    exactly what torchrun gives it (torchrun passes no local rank, only the
+    ``LOCAL_RANK`` variable), for these reasons:
+
+    - Scripts forked from mmdet 2.x accept only ``--local_rank`` (torch 2.x's
+      ``--local-rank`` is what stops them, mmdet #10180), and use it only as a
+      fallback: ``if 'LOCAL_RANK' not in os.environ: os.environ['LOCAL_RANK']
+      = str(args.local_rank)``; mmcv's ``init_dist`` then reads ``RANK`` and
+      ``LOCAL_RANK`` from the environment. Without the argument their default
+      (0) is never used, because ``LOCAL_RANK`` is set.
+    - Scripts written for torchrun accept neither spelling; passing one on,
+      in any spelling, would stop them with ``unrecognized arguments``.
+    - Scripts that accept ``--local-rank`` only are served the same way.
+
+    A script that reads ``args.local_rank`` for its device, ignoring
+    ``LOCAL_RANK``, gets 0 here as it does under torchrun; it needs the usual
+    one-line fix (``int(os.environ['LOCAL_RANK'])``). Arguments after SCRIPT are
+    the script's and are never touched.
+
+    Args:
+        argv: The arguments of ``python -m mmpar.compat.run``.
+
+    Returns:
+        ``(local_rank, rest)``: the local rank (``None`` when absent) and the
+        arguments from SCRIPT on.
+
+    Raises:
+        ValueError: the local rank is missing or not an integer >= 0.
+    """
+    rest = list(argv)
+    if not rest:
+        return None, rest
+    head = rest[0]
+    flag, sep, value = head.partition("=")
+    if flag not in _LOCAL_RANK_FLAGS:
+        return None, rest
+    if sep:
+        del rest[0]
+    else:
+        if len(rest) < 2:
+            raise ValueError(f"{flag}: expected an integer after it, got nothing")
+        value = rest[1]
+        del rest[:2]
+    if not value.isdigit():
+        raise ValueError(f"{flag}: expected an integer >= 0, got {value!r}")
+    return int(value), rest
 
 
 def main(argv: Optional[List[str]] = None) -> None:
     """Patch mmcv, then run ``argv[0]`` as the main script with ``argv[1:]`` as its arguments.
 
+    A leading ``--local-rank``/``--local_rank`` is the launcher's: see
+    :func:`split_local_rank`.
+
     Raises:
-        SystemExit: 2 without a script or with a missing one; otherwise the script's own.
+        SystemExit: 2 without a script, with a missing one, with a malformed
+            local rank or one that contradicts ``LOCAL_RANK``; otherwise the
+            script's own.
     """
     argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        local_rank, argv = split_local_rank(argv)
+    except ValueError as err:
+        _fail(str(err))
+    if local_rank is not None:
+        known = os.environ.get("LOCAL_RANK")
+        if known not in (None, "", str(local_rank)):
+            _fail(f"--local-rank={local_rank} contradicts LOCAL_RANK={known} in the environment")
+        os.environ["LOCAL_RANK"] = str(local_rank)
     if not argv or argv[0] in ("-h", "--help"):
         print(
             _USAGE + "\n\n" + (__doc__ or "").strip(), file=sys.stderr if not argv else sys.stdout
@@ -36,16 +114,20 @@ def main(argv: Optional[List[str]] = None) -> None:
         raise SystemExit(2 if not argv else 0)
     script = argv[0]
     if not os.path.isfile(script):
-        print(f"{_USAGE}\nerror: script {script!r} is not a file", file=sys.stderr)
-        raise SystemExit(2)
+        _fail(f"script {script!r} is not a file")
     try:
         patch_mmcv()
     except ImportError as err:
-        print(f"error: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
+        _fail(str(err), usage=False)
     sys.argv = [script, *argv[1:]]
     sys.path[0] = os.path.dirname(os.path.abspath(script))  # as `python SCRIPT` puts it
     runpy.run_path(script, run_name="__main__")
+
+
+def _fail(message: str, usage: bool = True) -> NoReturn:
+    """Print the usage (when ``usage``) and ``error: message`` to stderr; exit with status 2."""
+    print(f"{_USAGE}\nerror: {message}" if usage else f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 if __name__ == "__main__":

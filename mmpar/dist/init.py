@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
+import warnings
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
@@ -16,12 +18,13 @@ import torch.distributed as dist
 from mmpar.dist.slurm import slurm_first_host
 from mmpar.utils.checks import is_int, is_number
 
-__all__ = ["LAUNCHERS", "check_gpu_per_process", "init_dist"]
+__all__ = ["LAUNCHERS", "attempt_store_prefix", "check_gpu_per_process", "init_dist"]
 
 #: Launchers understood by :func:`init_dist`.
 LAUNCHERS: Tuple[str, ...] = ("pytorch", "slurm", "mpi")
 
-_DEFAULT_TIMEOUT = datetime.timedelta(seconds=1800)
+#: The process-group timeout when none is given.
+DEFAULT_TIMEOUT = datetime.timedelta(seconds=1800)
 _DEFAULT_ADDR = "127.0.0.1"
 _DEFAULT_PORT = 29500
 
@@ -32,7 +35,7 @@ _DEFAULT_PORT = 29500
 def init_dist(
     launcher: str,
     backend: Optional[str] = None,
-    timeout: Union[float, datetime.timedelta] = _DEFAULT_TIMEOUT,
+    timeout: Union[float, datetime.timedelta] = DEFAULT_TIMEOUT,
     **kwargs: Any,
 ) -> None:
     """Join the default process group from a launcher's environment.
@@ -74,8 +77,11 @@ def init_dist(
         RuntimeError: ``torch.distributed`` is unavailable, or a default
             process group already exists (call
             ``torch.distributed.destroy_process_group()`` first).
-        DistStoreError: a peer did not show up within ``timeout`` (a
-            ``RuntimeError`` subclass raised by torch).
+        DistError: the group did not form within ``timeout`` (a
+            ``RuntimeError``; ``DistStoreError``, ``DistNetworkError`` or
+            ``DistBackendError`` as torch raised it); the message names this
+            rank, the address it waited at and, where torch says, the rank it
+            waited for.
     """
     if launcher not in LAUNCHERS:
         raise ValueError(f"launcher: expected one of {list(LAUNCHERS)}, got {launcher!r}")
@@ -117,8 +123,99 @@ def init_dist(
         count = torch.cuda.device_count()
         check_gpu_per_process(launcher, local_rank, _local_world_size(launcher, os.environ), count)
         torch.cuda.set_device(local_rank % count)
-    dist.init_process_group(
-        backend, init_method="env://", rank=rank, world_size=world_size, timeout=timeout, **kwargs
+    addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    prefix = attempt_store_prefix(os.environ) if launcher == "pytorch" else None
+    try:
+        if prefix is None:
+            dist.init_process_group(
+                backend,
+                init_method="env://",
+                rank=rank,
+                world_size=world_size,
+                timeout=timeout,
+                **kwargs,
+            )
+        else:
+            # The agent's store outlives the attempts: this attempt's keys go under a prefix
+            # of their own, so that no rank reads an address of the previous attempt.
+            store = dist.TCPStore(addr, port, world_size, is_master=False, timeout=timeout)
+            dist.init_process_group(
+                backend,
+                store=dist.PrefixStore(prefix, store),
+                rank=rank,
+                world_size=world_size,
+                timeout=timeout,
+                **kwargs,
+            )
+    except dist.DistError as exc:
+        raise type(exc)(
+            _not_formed(exc, rank, world_size, timeout, f"{addr}:{port}", prefix)
+        ) from exc
+
+
+def attempt_store_prefix(env: Mapping[str, str]) -> Optional[str]:
+    """The store prefix of this attempt of a torchrun job, or ``None`` when none is needed.
+
+    torchrun's agent hosts the store that the workers meet in
+    (``TORCHELASTIC_USE_AGENT_STORE=True``: always with the static rendezvous, by
+    default with c10d) and keeps it across restarts. A restarted worker then can
+    find the keys of the previous attempt, the address of a peer that is dead,
+    before the restarted peer overwrites them: it fails to connect, or waits on
+    a port nobody answers (pytorch#135712, #167288; torch 2.4 to 2.13 at least).
+    Keys under a prefix of their own attempt cannot be stale.
+
+    The prefix must be the same on every rank of an attempt. With one agent (one
+    node, ``GROUP_WORLD_SIZE=1``) ``TORCHELASTIC_RESTART_COUNT`` is: that agent
+    starts every worker of the attempt. Agents on several nodes count restarts
+    each for itself (a node whose worker failed counts one, the others none), so
+    there it is not: then no prefix, and a warning when restarts are allowed.
+    Multi-node jobs avoid the shared store instead with
+    ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` and the c10d rendezvous (every round
+    then gets a fresh store on rank 0; ``tools/dist_train.sh`` sets it).
+
+    Args:
+        env: The environment, e.g. ``os.environ``.
+
+    Returns:
+        ``"mmpar/<TORCHELASTIC_RUN_ID>/attempt<TORCHELASTIC_RESTART_COUNT>/"``, or
+        ``None`` outside torchrun, without the agent's store, or on several nodes.
+    """
+    if env.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    if env.get("GROUP_WORLD_SIZE", "1") != "1":
+        if env.get("TORCHELASTIC_MAX_RESTARTS", "0") not in ("", "0"):
+            warnings.warn(
+                "init_dist: a multi-node torchrun job that shares the agent's store may read "
+                "the previous attempt's addresses after a restart (pytorch#135712); set "
+                "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 and use --rdzv-backend=c10d "
+                "(tools/dist_train.sh with RDZV=c10d does)",
+                stacklevel=3,
+            )
+        return None
+    run_id = env.get("TORCHELASTIC_RUN_ID") or "none"
+    return f"mmpar/{run_id}/attempt{env.get('TORCHELASTIC_RESTART_COUNT') or '0'}/"
+
+
+#: The peer rank in torch's "wait timeout ..., keys: .../<rank>" message of a missing peer.
+_WAITED_KEY = re.compile(r"keys:.*?/(\d+)'?\]?\s*$")
+
+
+def _not_formed(
+    exc: BaseException,
+    rank: int,
+    world_size: int,
+    timeout: datetime.timedelta,
+    address: str,
+    prefix: Optional[str],
+) -> str:
+    """One line: which rank waited, where, for whom, and torch's own reason."""
+    reason = " ".join(str(exc).split("\n")[0].split())
+    waited = _WAITED_KEY.search(reason)
+    whom = f"rank {waited.group(1)}" if waited else "the other ranks"
+    where = f"{address} (store prefix {prefix})" if prefix else address
+    return (
+        f"init_dist: rank {rank} of {world_size} waited {timeout.total_seconds():g} s at {where} "
+        f"for {whom} and the process group did not form: {reason}"
     )
 
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import os
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -20,6 +22,7 @@ import torch.distributed as dist
 from mmpar.config import Config, DictAction, apply_custom_imports
 from mmpar.config.option_keys import ADD_PREFIX, check_option_keys, split_added
 from mmpar.dist import LAUNCHERS, init_dist, is_distributed
+from mmpar.dist.init import DEFAULT_TIMEOUT
 from mmpar.runner.tool_keys import TOOL_KEYS, registered_type_accepts
 
 __all__ = [
@@ -28,8 +31,11 @@ __all__ = [
     "add_launcher_args",
     "add_cfg_options",
     "check_choices",
+    "dist_timeout",
     "error_text",
     "fail",
+    "group_failures",
+    "is_group_failure",
     "load_config",
     "start_launcher",
     "resolve_work_dir",
@@ -193,8 +199,64 @@ def start_launcher(launcher: str, local_rank: Optional[int], cfg: Config) -> boo
         return False
     params = dict(cfg.get("dist_params") or {})
     with user_errors(False, f"--launcher {launcher}", errors=(ValueError,)):
-        init_dist(launcher, backend=params.pop("backend", None), **params)
+        try:
+            init_dist(launcher, backend=params.pop("backend", None), **params)
+        except dist.DistError as exc:  # not the user's doing: a peer never came
+            fail(error_text(exc), code=1)
     return True
+
+
+#: How torch words a failure of the process group itself (a dead, hung or unreachable
+#: peer) in a plain RuntimeError: gloo's and nccl's messages name their source.
+_GROUP_FAILURE = re.compile(
+    r"gloo|NCCL|c10d|ProcessGroup|Timed out waiting|Connection (closed|reset|refused)|Broken pipe"
+)
+
+
+def is_group_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` says that the process group failed (a peer died, hung or went away)."""
+    if isinstance(exc, dist.DistError):
+        return True
+    return isinstance(exc, RuntimeError) and bool(_GROUP_FAILURE.search(str(exc)))
+
+
+@contextlib.contextmanager
+def group_failures(debug: bool, timeout: Any) -> Iterator[None]:
+    """End the process with one ``error:`` line and status 1 when the process group fails.
+
+    A peer that died is noticed at once (its sockets close); one that hangs after
+    ``timeout`` seconds (``dist_params.timeout``), when a collective gives up.
+    Either way the rank's work is lost since the last checkpoint and torchrun
+    (``--max-restarts``) or the user restarts it with ``--auto-resume``.
+
+    Args:
+        debug: Re-raise instead (``--debug``): the full traceback.
+        timeout: The process-group timeout, for the message.
+    """
+    try:
+        yield
+    except Exception as exc:
+        if debug or not is_distributed() or not is_group_failure(exc):
+            raise
+        first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        first = re.sub(r"^\[[^\]]*\]\s*", "", first.strip())  # gloo's "[file.cc:129] " prefix
+        print(
+            f"error: rank {dist.get_rank()} of {dist.get_world_size()}: the process group failed "
+            f"(a peer died, or hung past dist_params.timeout={timeout} s): {first}",
+            file=sys.stderr,
+            flush=True,
+        )
+        # Not destroy_process_group(), nor the interpreter's teardown: both may wait on the
+        # lost peer or abort against DDP's live reducer. The logs are flushed first.
+        logging.shutdown()
+        sys.stdout.flush()
+        os._exit(1)
+
+
+def dist_timeout(cfg: Config) -> float:
+    """Seconds a collective waits for a peer: ``dist_params.timeout``, else init_dist's default."""
+    timeout = (cfg.get("dist_params") or {}).get("timeout")
+    return DEFAULT_TIMEOUT.total_seconds() if timeout is None else timeout
 
 
 def resolve_work_dir(work_dir: Optional[str], cfg: Config, config_path: str) -> Path:
