@@ -18,6 +18,7 @@ from mmpar import DataContainer, collate, scatter, scatter_kwargs, to_device
 from mmpar.batch_buffer import BatchBuffer, Items, Rows, Slot, cut
 from mmpar.packing import PACK_ALIGN
 from mmpar.stacking import pad_stack
+from tests._containers import assert_same
 from tests.strategies import Case, cases
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -351,37 +352,12 @@ def _containers(obj: Any) -> List[DataContainer]:
     return []
 
 
-def _same(a: Any, b: Any) -> None:
-    assert type(a) is type(b)
-    if isinstance(a, DataContainer):
-        for flag in ("stack", "padding_value", "cpu_only", "pad_dims", "size_divisor"):
-            _same(getattr(a, flag), getattr(b, flag))
-        _same(a.data, b.data)
-    elif isinstance(a, torch.Tensor):
-        assert a.dtype == b.dtype and a.shape == b.shape
-        torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
-    elif isinstance(a, np.ndarray):
-        assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=a.dtype.kind in "fc")
-    elif isinstance(a, float):
-        assert a == b or (a != a and b != b)
-    elif isinstance(a, dict):
-        assert list(a) == list(b)
-        for k in a:
-            _same(a[k], b[k])
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b)
-        for x, y in zip(a, b):
-            _same(x, y)
-    else:
-        assert a == b
-
-
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases(valid_only=True))
 def test_any_batch_pickles_through_its_buffer_and_its_views_never_overlap(case: Case) -> None:
     batch = collate(case.samples, case.samples_per_gpu)
     back = pickle.loads(pickle.dumps(batch))
-    _same(batch, back)
+    assert_same(batch, back)
     for out in (batch, back):
         spans = []
         for dc in _containers(out):

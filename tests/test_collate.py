@@ -12,6 +12,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, default_collate
 
 from mmpar import DataContainer, collate
+from tests._containers import assert_same
 
 Pair = namedtuple("Pair", ["left", "right"])
 
@@ -441,26 +442,6 @@ def _collate_recording_sharing(batch: list, samples_per_gpu: int) -> tuple:
     return out, [t.is_shared() for t in out["img"].data], info is not None
 
 
-def _assert_same(a: Any, b: Any) -> None:
-    assert type(a) is type(b)
-    if isinstance(a, DataContainer):
-        for flag in ("stack", "padding_value", "cpu_only", "pad_dims", "size_divisor"):
-            assert getattr(a, flag) == getattr(b, flag)
-        _assert_same(a.data, b.data)
-    elif isinstance(a, torch.Tensor):
-        assert a.dtype == b.dtype and torch.equal(a, b)
-    elif isinstance(a, dict):
-        assert list(a) == list(b)
-        for k in a:
-            _assert_same(a[k], b[k])
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b)
-        for x, y in zip(a, b):
-            _assert_same(x, y)
-    else:
-        assert a == b
-
-
 def test_collate_in_dataloader_workers_matches_in_process_and_uses_shared_memory() -> None:
     dataset = _DetDataset()
     fn = functools.partial(_collate_recording_sharing, samples_per_gpu=2)
@@ -470,6 +451,6 @@ def test_collate_in_dataloader_workers_matches_in_process_and_uses_shared_memory
     for b, (out, shared, in_worker) in enumerate(batches):
         assert in_worker and all(shared), shared
         expected = collate([dataset[i] for i in range(5 * b, min(5 * b + 5, 7))], 2)
-        _assert_same(out, expected)
+        assert_same(out, expected)
     in_process = collate([dataset[i] for i in range(5)], 2)
     assert not any(t.is_shared() for t in in_process["img"].data)
