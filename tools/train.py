@@ -60,7 +60,7 @@ from mmpar.runner.inference import check_metrics, headline, metric_names
 from mmpar.runner.launch import run_device, scale_lr
 from mmpar.runner.logger import get_logger
 from mmpar.runner.optim_step import resolve_precision
-from mmpar.runner.resume import ResumePlan, existing_checkpoints, plan_resume
+from mmpar.runner.resume import ResumeMismatch, ResumePlan, existing_checkpoints, plan_resume
 from mmpar.runner.rng import DETERMINISTIC_CUBLAS, set_random_seed
 from mmpar.runner.speed import check_flag
 
@@ -238,16 +238,17 @@ def _train(
         f"train {dataset!r}; val {val_dataset!r}"
     )
     started = time.perf_counter()
-    metrics = train_model(
-        cfg,
-        model,
-        dataset,
-        val_dataset,
-        distributed=distributed,
-        validate=not args.no_validate,
-        timestamp=timestamp,
-        logger=logger,
-    )
+    with user_errors(args.debug, "resume_from", errors=(ResumeMismatch,)):
+        metrics = train_model(
+            cfg,
+            model,
+            dataset,
+            val_dataset,
+            distributed=distributed,
+            validate=not args.no_validate,
+            timestamp=timestamp,
+            logger=logger,
+        )
     summary = f"done in {time.perf_counter() - started:.1f} s"
     if metrics["before"] is not None or metrics["after"] is not None:
         name = headline(metrics["after"] or metrics["before"])[0]

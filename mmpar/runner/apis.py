@@ -43,6 +43,7 @@ from mmpar.runner.launch import run_device, wrap_model
 from mmpar.runner.logger import JsonLogWriter
 from mmpar.runner.lr_schedule import check_lr_config
 from mmpar.runner.optim_step import OptimizerStepper, build_stepper, describe
+from mmpar.runner.resume import resume_world_size
 from mmpar.runner.rng import get_rng_state, set_rng_state
 from mmpar.runner.speed import apply_speed_options
 from mmpar.runner.train_loop import TrainState, train_one_epoch
@@ -216,6 +217,15 @@ def train_model(
         checkpoint = load_checkpoint(cfg.resume_from, model, optimizer)
         state.epoch, state.iter = int(checkpoint["meta"]["epoch"]), int(checkpoint["meta"]["iter"])
         rng = _own_rng_state(checkpoint)
+        moved = resume_world_size(
+            checkpoint["meta"],
+            get_dist_info()[1],
+            state.iters_per_epoch,
+            bool(checkpoint.get("accumulated_grads")),
+        )
+        if moved is not None:
+            state.iter = moved[0]
+            logger.info(moved[1])
         if stepper.load_state_dict(checkpoint.get("amp")):
             logger.info(f"loss scaler restored: scale {stepper.scaler.get_scale():g}")
         _resume_window(stepper, checkpoint.get("accumulated_grads"), state, logger)

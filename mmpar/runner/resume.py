@@ -9,11 +9,71 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from mmpar.runner.checkpoint import LATEST, find_latest_checkpoint, load_checkpoint, model_weights
 
-__all__ = ["ResumePlan", "existing_checkpoints", "plan_resume"]
+__all__ = [
+    "ResumeMismatch",
+    "ResumePlan",
+    "existing_checkpoints",
+    "plan_resume",
+    "resume_world_size",
+]
+
+
+class ResumeMismatch(ValueError):
+    """A checkpoint that this run cannot continue exactly; the message says what differs."""
+
+
+def resume_world_size(
+    meta: Dict[str, Any],
+    world_size: int,
+    iters_per_epoch: int,
+    accumulated: bool,
+) -> Optional[Tuple[int, str]]:
+    """Continue a checkpoint written by another number of processes, or refuse.
+
+    Checkpoints are written at the end of an epoch, so the next epoch can start
+    with any number of processes: its sampler deals every sample once over the new
+    ranks, each step takes ``world_size x samples_per_gpu`` images, and
+    ``--auto-scale-lr`` scales the learning rate by that new batch. What counted
+    iterations does so from the epoch: ``iter = epoch x iters_per_epoch`` of this
+    run. An open accumulation window (``accumulated_grads`` in the checkpoint)
+    cannot be carried over: its gradients are the mean over the old ranks' batches.
+
+    Args:
+        meta: The checkpoint's ``meta`` (``epoch``, ``iter``, ``world_size``).
+        world_size: The processes of this run.
+        iters_per_epoch: Iterations per epoch of this run.
+        accumulated: The checkpoint holds an open window's gradients.
+
+    Returns:
+        None when the checkpoint was written by as many processes (or does not say);
+        else ``(iter, message)``: the iteration to continue from and a line for the log.
+
+    Raises:
+        ResumeMismatch: An open accumulation window and another number of processes.
+    """
+    saved = meta.get("world_size")
+    if not isinstance(saved, int) or saved == world_size:
+        return None
+    epoch = int(meta["epoch"])
+    if accumulated:
+        raise ResumeMismatch(
+            f"the checkpoint of epoch {epoch} was written by {saved} process(es) inside an "
+            f"accumulation window (optimizer_config.cumulative_iters), this run has "
+            f"{world_size}: the window's gradients cannot be dealt over other ranks; resume with "
+            f"{saved} process(es), or from a checkpoint outside a window"
+        )
+    new_iter = epoch * iters_per_epoch
+    message = (
+        f"resumed a checkpoint of {saved} process(es) with {world_size}: epoch {epoch + 1} "
+        f"deals every sample once over {world_size} rank(s), {iters_per_epoch} iterations "
+        f"per epoch, each step takes {world_size} x samples_per_gpu images; iter "
+        f"{int(meta['iter'])} -> {new_iter}"
+    )
+    return new_iter, message
 
 
 @dataclasses.dataclass
