@@ -165,7 +165,11 @@ def test_train_without_tensorboard_says_how_to_install_it(tmp_path: Path) -> Non
     )
     args = train_args(tmp_path / "work", options=TINY + [BOTH_HOOKS])
     proc = run_launcher([sys.executable, *args], timeout=TIMEOUT, cwd=ROOT, env=env)
-    error_line(proc, "TensorboardLoggerHook", "tensorboard", 'pip install -e ".[tensorboard]"')
+    error_line(
+        proc,
+        "log_config.hooks[1]: TensorboardLoggerHook needs the tensorboard package",
+        'pip install -e ".[tensorboard]"',
+    )
     assert not (tmp_path / "work").exists()
 
 

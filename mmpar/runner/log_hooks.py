@@ -142,7 +142,7 @@ def check_log_config(log_config: Optional[Mapping[str, Any]]) -> List[Dict[str, 
         _check_hook_values(where, hook, log_config.get("interval"))
         checked.append(dict(hook))
     if "TensorboardLoggerHook" in seen:
-        _summary_writer_class()
+        _summary_writer_class(f"log_config.hooks[{seen['TensorboardLoggerHook']}]: ")
     return checked
 
 
@@ -164,13 +164,14 @@ def _check_hook_values(where: str, hook: Mapping[str, Any], interval: Any) -> No
         )
 
 
-def _summary_writer_class() -> Any:
-    """``torch.utils.tensorboard.SummaryWriter``, or a clear error saying how to get it."""
+def _summary_writer_class(where: str = "") -> Any:
+    """``torch.utils.tensorboard.SummaryWriter``, or a clear error (starting with
+    ``where``) saying how to get it."""
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError as exc:
         raise TensorboardMissingError(
-            f"TensorboardLoggerHook needs the tensorboard package ({exc}); install it with "
+            f"{where}TensorboardLoggerHook needs the tensorboard package ({exc}); install it with "
             f"{INSTALL_HINT}, or remove the hook from log_config.hooks",
             name="tensorboard",
         ) from exc
