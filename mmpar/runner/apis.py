@@ -40,6 +40,7 @@ from mmpar.runner.inference import (
     single_gpu_test,
 )
 from mmpar.runner.launch import run_device, wrap_model
+from mmpar.runner.log_hooks import RecordWriter, build_log_writers
 from mmpar.runner.logger import JsonLogWriter
 from mmpar.runner.lr_schedule import check_lr_config
 from mmpar.runner.optim_step import OptimizerStepper, build_stepper, describe
@@ -71,7 +72,7 @@ def evaluate(
 
 def _log_eval(
     logger: logging.Logger,
-    json_log: JsonLogWriter,
+    json_log: RecordWriter,
     metrics: Dict[str, Any],
     state: TrainState,
     tag: str,
@@ -125,9 +126,10 @@ def train_model(
     :mod:`mmpar.runner.amp`), ``compile`` (see :mod:`mmpar.runner.compile`),
     ``cudnn_benchmark``, ``channels_last`` (see :mod:`mmpar.runner.speed`),
     ``lr_config``, ``runner.max_epochs``, ``checkpoint_config.interval``,
-    ``log_config.interval``, ``evaluation`` (``interval``: every N epochs, 0 for the
-    end only; ``before_train``; ``metric``: ``"mAP"``, ``"bbox"`` or both, see
-    :data:`mmpar.runner.inference.METRICS`), ``resume_from``, ``load_from``,
+    ``log_config.interval``, ``log_config.hooks`` (see :mod:`mmpar.runner.log_hooks`),
+    ``evaluation`` (``interval``: every N epochs, 0 for the end only; ``before_train``;
+    ``metric``: ``"mAP"``, ``"bbox"`` or both, see :data:`mmpar.runner.inference.METRICS`),
+    ``resume_from``, ``load_from``,
     ``find_unused_parameters``.
 
     A checkpoint ``epoch_N.pth`` (model, optimizer, epoch, iteration, rng states,
@@ -169,9 +171,6 @@ def train_model(
     if rank == 0:
         for stale in remove_stale_temporaries(work_dir):
             logger.info(f"removed {stale.name}, left by a save that was killed midway")
-    json_log = JsonLogWriter(
-        work_dir / f"{timestamp or time.strftime('%Y%m%d_%H%M%S')}.log.json", rank
-    )
     seed = cfg.get("seed")
     data_cfg = cfg.data
     # Pinned batches on a GPU (build_dataloader's default with CUDA), none for a CPU
@@ -233,6 +232,16 @@ def train_model(
     elif cfg.get("load_from"):
         _, kind = model_weights(load_checkpoint(cfg.load_from, model), cfg.load_from)
         logger.info(f"loaded weights from {cfg.load_from} ({kind})")
+    # The JSON log, and TensorBoard's events where log_config.hooks asks for them.
+    json_log = build_log_writers(
+        cfg.get("log_config"),
+        JsonLogWriter(work_dir / f"{timestamp or time.strftime('%Y%m%d_%H%M%S')}.log.json", rank),
+        work_dir,
+        rank,
+        optimizer,
+        state.iter,
+        logger,
+    )
     json_log.write(
         dict(
             mode="meta",
@@ -290,6 +299,7 @@ def train_model(
     if monitor is not None:
         logger.info(f"torch.compile over the run: {monitor.counts}")
         monitor.remove()
+    json_log.close()
     return metrics
 
 

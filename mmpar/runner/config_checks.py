@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Iterator, Mapping, Optional, Sequence, Tuple
 
 from mmpar.registry import DATASETS, MODELS, OPTIMIZERS, TRANSFORMS, Registry
+from mmpar.runner.log_hooks import check_log_config
 from mmpar.runner.lr_schedule import check_lr_config
 from mmpar.utils.checks import is_int, is_number
 
@@ -169,6 +170,7 @@ def check_train_config(cfg: Any, splits: Sequence[str] = ("train", "val")) -> No
     _int_at_least(cfg, "checkpoint_config.interval", 0, "epochs between checkpoints", None)
     _int_at_least(cfg, "evaluation.interval", 0, "epochs between evaluations, 0: at the end", None)
     _int_at_least(cfg, "log_config.interval", 1, "iterations between log lines", None)
+    check_log_config(cfg.get("log_config"))
     _check_seed(cfg.get("seed"))
     check_lr_config(cfg.get("lr_config"))
     check_registered_types(cfg, splits, optimizer=True)

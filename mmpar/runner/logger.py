@@ -143,3 +143,6 @@ class JsonLogWriter:
         line: Dict[str, Any] = _plain(record)
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(json.dumps(line) + "\n")
+
+    def close(self) -> None:
+        """Nothing to do: each record is appended and the file closed at once."""

@@ -56,6 +56,7 @@ TOOL_KEYS: Tuple[str, ...] = (
     "checkpoint_config.interval",
     "log_config",
     "log_config.interval",
+    "log_config.hooks",
     "evaluation",
     "evaluation.interval",
     "evaluation.before_train",

@@ -15,7 +15,8 @@ from torch.utils.data import DataLoader
 
 from mmpar.data import set_loader_epoch
 from mmpar.dist import collective_device, is_distributed
-from mmpar.runner.logger import JsonLogWriter, format_train_line
+from mmpar.runner.log_hooks import RecordWriter
+from mmpar.runner.logger import format_train_line
 from mmpar.runner.lr_schedule import scheduled_lr, set_lr
 from mmpar.runner.optim_step import OptimizerStepper
 
@@ -76,7 +77,7 @@ def train_one_epoch(
     lr_config: Mapping[str, Any],
     base_lr: float,
     logger: logging.Logger,
-    json_log: Optional[JsonLogWriter] = None,
+    json_log: Optional[RecordWriter] = None,
     log_interval: int = 10,
     grad_clip: Optional[Mapping[str, Any]] = None,
     stepper: Optional[OptimizerStepper] = None,
@@ -125,7 +126,7 @@ def _log(
     n: int,
     lr: float,
     logger: logging.Logger,
-    json_log: Optional[JsonLogWriter],
+    json_log: Optional[RecordWriter],
 ) -> None:
     log_vars = meter.means()
     iter_time = sum(meter.times) / len(meter.times)
