@@ -26,7 +26,6 @@ __all__ = [
     "MissingDependencyError",
     "coco_bbox_eval",
     "import_pycocotools",
-    "normalize_coco_gt",
     "results_to_coco",
 ]
 
@@ -107,33 +106,6 @@ def results_to_coco(
     return detections
 
 
-def normalize_coco_gt(data: Mapping[str, Any]) -> Dict[str, Any]:
-    """A COCO ground truth that ``COCOeval`` accepts, from an annotation file's object.
-
-    ``COCOeval`` reads ``area``, ``iscrowd`` and ``id`` of every annotation, which
-    COCO-format files made by hand often lack: a missing ``area`` becomes the box's
-    ``w * h``, a missing ``iscrowd`` 0, a missing ``id`` the annotation's position + 1.
-    Everything else is kept as written.
-
-    Args:
-        data: ``dict(images=[...], annotations=[...], categories=[...])``.
-
-    Returns:
-        A new dict; ``data`` is not changed.
-    """
-    annotations = []
-    for i, ann in enumerate(data["annotations"]):
-        ann = dict(ann)
-        if "area" not in ann:
-            ann["area"] = float(ann["bbox"][2]) * float(ann["bbox"][3])
-        ann.setdefault("iscrowd", 0)
-        ann.setdefault("id", i + 1)
-        annotations.append(ann)
-    out = {key: value for key, value in data.items() if key != "annotations"}
-    out["annotations"] = annotations
-    return out
-
-
 def coco_bbox_eval(
     gt: Mapping[str, Any],
     detections: List[Dict[str, Any]],
@@ -143,7 +115,8 @@ def coco_bbox_eval(
     """COCO box AP of ``detections`` against ``gt``, over ``img_ids`` and ``cat_ids``.
 
     Args:
-        gt: A COCO ground truth (see :func:`normalize_coco_gt`).
+        gt: A COCO ground truth with ``area``, ``iscrowd`` and ``id`` on every annotation
+            (see :meth:`mmpar.data.CocoDetection.coco_ground_truth`).
         detections: COCO results (see :func:`results_to_coco`); may be empty.
         img_ids: The images evaluated.
         cat_ids: The categories evaluated.

@@ -13,9 +13,9 @@ from mmpar.data.datasets.coco_format import (
     check_images,
     group_annotations,
     load_json,
+    normalize_coco_gt,
     select_categories,
 )
-from mmpar.evaluation.coco_bbox import normalize_coco_gt
 from mmpar.registry import DATASETS
 
 __all__ = ["CocoDetection"]
@@ -134,7 +134,7 @@ class CocoDetection(DetectionDataset):
 
         The file is read again (the dataset keeps only its per-image arrays, which is
         what the loader's workers copy) and passed through
-        :func:`mmpar.evaluation.coco_bbox.normalize_coco_gt`: every annotation, as
+        :func:`mmpar.data.datasets.coco_format.normalize_coco_gt`: every annotation, as
         written, with ``area``, ``iscrowd`` and ``id`` filled in where missing. The
         boxes this dataset leaves out of training (degenerate, outside the image)
         stay, as in any evaluation against the file.

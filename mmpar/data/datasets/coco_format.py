@@ -20,6 +20,7 @@ __all__ = [
     "check_categories",
     "select_categories",
     "group_annotations",
+    "normalize_coco_gt",
 ]
 
 
@@ -235,3 +236,30 @@ def group_annotations(
         for b, lab, ig in zip(boxes, labels, ignore)
     ]
     return anns, counts
+
+
+def normalize_coco_gt(data: Mapping[str, Any]) -> Dict[str, Any]:
+    """A COCO ground truth that ``COCOeval`` accepts, from an annotation file's object.
+
+    ``COCOeval`` reads ``area``, ``iscrowd`` and ``id`` of every annotation, which
+    COCO-format files made by hand often lack: a missing ``area`` becomes the box's
+    ``w * h``, a missing ``iscrowd`` 0, a missing ``id`` the annotation's position + 1.
+    Everything else is kept as written.
+
+    Args:
+        data: ``dict(images=[...], annotations=[...], categories=[...])``.
+
+    Returns:
+        A new dict; ``data`` is not changed.
+    """
+    annotations = []
+    for i, ann in enumerate(data["annotations"]):
+        ann = dict(ann)
+        if "area" not in ann:
+            ann["area"] = float(ann["bbox"][2]) * float(ann["bbox"][3])
+        ann.setdefault("iscrowd", 0)
+        ann.setdefault("id", i + 1)
+        annotations.append(ann)
+    out = {key: value for key, value in data.items() if key != "annotations"}
+    out["annotations"] = annotations
+    return out
