@@ -110,7 +110,7 @@ def test_load_image_without_pillow(png, monkeypatch):
     folder, _ = png
     for name in ("PIL", "PIL.Image", "PIL.ImageOps"):
         monkeypatch.setitem(sys.modules, name, None)
-    with pytest.raises(ImportError, match=r"pip install mmpar\[images\]"):
+    with pytest.raises(ImportError, match=r"pip install -e .\.\[images\]."):
         LoadImageFromFile()(dict(img_prefix=str(folder), img_info=dict(filename="a.png")))
 
 
