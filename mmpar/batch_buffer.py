@@ -37,7 +37,9 @@ __all__ = [
     "Rows",
     "Slot",
     "Spec",
+    "align",
     "bufferable",
+    "chunk_data",
     "cut",
     "matches",
     "nbytes_of",
@@ -204,9 +206,6 @@ class BatchBuffer:
         """Chunk ``index``'s bytes: a 1-D ``uint8`` view."""
         start, stop = self.bounds[index]
         return self.data[start:stop]
-
-    def is_pinned(self) -> bool:
-        return self.data.is_pinned()
 
     def pinned(self) -> "BatchBuffer":
         """This buffer in pinned memory: itself if it is pinned already, else one copy,
