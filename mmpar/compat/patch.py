@@ -9,6 +9,7 @@ from importlib.machinery import ModuleSpec
 from types import ModuleType
 from typing import Any, Dict, List, Optional, Tuple
 
+from mmpar.compat.mmcv_ops import resolve_mode, supply_mmcv_ops
 from mmpar.compat.mmcv_parallel import PACKAGE, PUBLIC, contents
 from mmpar.compat.wrappers_link import link_wrapper_registry
 from mmpar.data_container import container_classes
@@ -19,8 +20,8 @@ __all__ = ["patch_mmcv", "is_patched"]
 _MARK = "__mmpar_patched__"
 
 
-def patch_mmcv() -> None:
-    """Make ``mmcv.parallel`` and its submodules resolve to mmpar's objects.
+def patch_mmcv(ops: Optional[str] = None) -> None:
+    """Make ``mmcv.parallel`` resolve to mmpar, and supply ``mmcv.ops`` where mmcv's do not load.
 
     Call it once at the top of a training script, before ``mmcv.runner``,
     mmdet or mmseg are imported. From then on every import of ``mmcv.parallel``,
@@ -40,15 +41,31 @@ def patch_mmcv() -> None:
     objects; it warns and names what still holds mmcv's objects (copies in
     dicts, subclasses of mmcv's classes).
 
+    ``mmcv.ops``: where mmcv's compiled ops (``mmcv._ext``) do not load -- mmcv
+    installed without them, or an mmcv-full built for another torch -- every
+    import of ``mmcv.ops`` and ``mmcv.ops.<module>`` gets mmpar's ops
+    (:mod:`mmpar.compat.ops`, on torchvision and torch), registered in mmcv's
+    registries as mmcv's are. Where they load, they stay, unless ``ops="mmpar"``.
+    One line on stderr says which ops are in use (see
+    :func:`mmpar.compat.mmcv_ops.supply_mmcv_ops`).
+
     Processes started with ``spawn`` or ``forkserver`` (spawned DataLoader
     workers, ``mp.spawn``) re-run the main script's top level, so the patch
     line at its top runs there too; forked processes inherit it.
 
+    Args:
+        ops: Whose ``mmcv.ops``: ``"auto"`` (mmcv's where they load, else mmpar's),
+            ``"mmcv"`` or ``"mmpar"``; ``None`` reads ``$MMPAR_MMCV_OPS``, default
+            ``"auto"``. Child processes inherit the choice.
+
     Raises:
         ImportError: mmcv is not installed, or it is not mmcv 1.x (mmcv 2.x has
             no ``mmcv.parallel``).
+        ValueError: an unknown ``ops``.
     """
+    mode = resolve_mode(ops)
     mmcv = _import_mmcv1()
+    supply_mmcv_ops(mode)
     current = sys.modules.get(PACKAGE)
     if is_patched():
         mmcv.parallel = current

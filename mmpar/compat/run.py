@@ -12,6 +12,11 @@ and under the legacy launcher, which mmdet 2.x's ``tools/dist_train.sh`` uses::
     python -m torch.distributed.launch --nproc_per_node=2 -m mmpar.compat.run \\
         tools/train.py CONFIG --launcher pytorch
 
+``--ops=auto|mmcv|mmpar`` (before SCRIPT) chooses whose ``mmcv.ops`` serve the
+script, as ``patch_mmcv(ops=...)`` does: by default mmcv-full's own where its
+compiled ops load, else mmpar's. The choice reaches child processes through
+``$MMPAR_MMCV_OPS``.
+
 A ``--local-rank=N`` or ``--local_rank=N`` (or ``--local-rank N``) before SCRIPT
 is the launcher's: it is exported as ``LOCAL_RANK`` and SCRIPT gets the
 arguments torchrun would give it, without it. See :func:`split_local_rank` for
@@ -25,11 +30,14 @@ import runpy
 import sys
 from typing import List, NoReturn, Optional, Tuple
 
+from mmpar.compat.mmcv_ops import resolve_mode
 from mmpar.compat.patch import patch_mmcv
 
-__all__ = ["main", "split_local_rank"]
+__all__ = ["main", "split_local_rank", "split_ops"]
 
-_USAGE = "usage: python -m mmpar.compat.run [--local-rank=N] SCRIPT [ARGS...]"
+_USAGE = (
+    "usage: python -m mmpar.compat.run [--ops={auto,mmcv,mmpar}] [--local-rank=N] SCRIPT [ARGS...]"
+)
 _LOCAL_RANK_FLAGS = ("--local-rank", "--local_rank")
 
 
@@ -86,6 +94,26 @@ def split_local_rank(argv: List[str]) -> Tuple[Optional[int], List[str]]:
     return int(value), rest
 
 
+def split_ops(argv: List[str]) -> Tuple[Optional[str], List[str]]:
+    """Take ``--ops=MODE`` or ``--ops MODE`` off the front of ``argv``.
+
+    Returns:
+        ``(mode, rest)``: the mode as given (``None`` when absent) and the rest.
+
+    Raises:
+        ValueError: ``--ops`` without a value.
+    """
+    rest = list(argv)
+    if not rest or rest[0].partition("=")[0] != "--ops":
+        return None, rest
+    flag, sep, value = rest.pop(0).partition("=")
+    if not sep:
+        if not rest:
+            raise ValueError("--ops: expected one of auto, mmcv, mmpar, got nothing")
+        value = rest.pop(0)
+    return value, rest
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     """Patch mmcv, then run ``argv[0]`` as the main script with ``argv[1:]`` as its arguments.
 
@@ -99,7 +127,11 @@ def main(argv: Optional[List[str]] = None) -> None:
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
+        ops, argv = split_ops(argv)
         local_rank, argv = split_local_rank(argv)
+        if ops is None:
+            ops, argv = split_ops(argv)  # --local-rank comes first under the legacy launcher
+        ops = resolve_mode(ops)
     except ValueError as err:
         _fail(str(err))
     if local_rank is not None:
@@ -116,7 +148,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     if not os.path.isfile(script):
         _fail(f"script {script!r} is not a file")
     try:
-        patch_mmcv()
+        patch_mmcv(ops=ops)
     except ImportError as err:
         _fail(str(err), usage=False)
     sys.argv = [script, *argv[1:]]

@@ -13,8 +13,7 @@ from typing import Any
 __all__ = ["INSTALL_HINT", "UnsupportedOpError", "torchvision_ops", "unsupported"]
 
 INSTALL_HINT = (
-    'pip install -e ".[mmcv-ops]" (or pip install torchvision, the build that matches '
-    "your torch)"
+    'pip install -e ".[mmcv-ops]" (or pip install torchvision, the build that matches your torch)'
 )
 
 
