@@ -17,7 +17,11 @@ CI installs mmcv 1.7.2 (pure Python, no compiled ops) and mmdet 2.28.2 with
       imports torchvision for model-zoo URLs only. (mmcv's ``collect_env``
       reads ``torchvision.__version__`` and so fails with the stand-in: do not
       call it.)
-    - an ``mmcv.ops`` stand-in, registered only when mmcv is installed and its
+    - mmpar's own ops as ``mmcv.ops`` (``mmpar.compat.mmcv_ops.supply_mmcv_ops``,
+      what ``patch_mmcv()`` does), when mmcv is installed, its compiled extension
+      ``mmcv._ext`` is not, and torchvision's kernels load.
+    - otherwise, without torchvision's kernels, an ``mmcv.ops`` stand-in,
+      registered only when mmcv is installed and its
       compiled extension ``mmcv._ext`` is not (every real op loads it, so the
       real ``mmcv.ops`` cannot import). Any name looked up on it, or on any
       ``mmcv.ops.<submodule>`` (created on import), is a class whose
@@ -78,6 +82,8 @@ __all__ = [
     "mmdet_train_pipeline",
     "requires_mmcv",
     "requires_mmdet",
+    "requires_torchvision",
+    "torchvision_kernels",
     "write_small_coco",
 ]
 
@@ -170,6 +176,24 @@ def _torchvision_importable() -> bool:
     return importlib.util.find_spec("torchvision") is not None
 
 
+def torchvision_kernels() -> bool:
+    """Whether torchvision's compiled kernels load (what mmpar's mmcv.ops run on)."""
+    try:
+        import torch
+        import torchvision  # noqa: F401
+
+        torch.ops.torchvision.nms
+    except Exception:
+        return False
+    return not getattr(sys.modules.get("torchvision"), "__mmpar_stand_in__", False)
+
+
+requires_torchvision = pytest.mark.skipif(
+    not torchvision_kernels(),
+    reason='needs torchvision with its compiled kernels: pip install -e ".[mmcv-ops]"',
+)
+
+
 def install_stand_ins() -> None:
     if not _torchvision_importable():
         tv = types.ModuleType("torchvision")
@@ -179,6 +203,11 @@ def install_stand_ins() -> None:
         return
     if importlib.util.find_spec("mmcv._ext") is not None:
         return  # mmcv-full with compiled ops: the real mmcv.ops imports
+    if torchvision_kernels():
+        from mmpar.compat.mmcv_ops import supply_mmcv_ops
+
+        supply_mmcv_ops()
+        return
     import mmcv
 
     ops = _StandInOps("mmcv.ops")
