@@ -30,7 +30,7 @@ import runpy
 import sys
 from typing import List, NoReturn, Optional, Tuple
 
-from mmpar.compat.mmcv_ops import resolve_mode
+from mmpar.compat.mmcv_ops import MODES, resolve_mode
 from mmpar.compat.patch import patch_mmcv
 
 __all__ = ["main", "split_local_rank", "split_ops"]
@@ -131,6 +131,8 @@ def main(argv: Optional[List[str]] = None) -> None:
         local_rank, argv = split_local_rank(argv)
         if ops is None:
             ops, argv = split_ops(argv)  # --local-rank comes first under the legacy launcher
+        if ops is not None and ops not in MODES:
+            raise ValueError(f"--ops: expected one of {', '.join(MODES)}, got {ops!r}")
         ops = resolve_mode(ops)
     except ValueError as err:
         _fail(str(err))
