@@ -1,0 +1,145 @@
+"""mmpar.compat.ops.bbox.bbox_overlaps against a per-pair loop written from mmcv's kernel."""
+
+from __future__ import annotations
+
+import math
+from typing import List
+
+import pytest
+import torch
+
+from mmpar.compat.ops.bbox import bbox_overlaps
+
+DEVICES = [
+    "cpu",
+    pytest.param(
+        "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+    ),
+]
+
+
+def ref_overlap(a: List[float], b: List[float], mode: str, offset: int) -> float:
+    """One pair, as mmcv's kernel defines it: no epsilon, ``offset`` on every side length."""
+    w = max(min(a[2], b[2]) - max(a[0], b[0]) + offset, 0.0)
+    h = max(min(a[3], b[3]) - max(a[1], b[1]) + offset, 0.0)
+    inter = w * h
+    area_a = (a[2] - a[0] + offset) * (a[3] - a[1] + offset)
+    area_b = (b[2] - b[0] + offset) * (b[3] - b[1] + offset)
+    base = area_a + area_b - inter if mode == "iou" else area_a
+    return inter / base if base != 0 else math.nan
+
+
+def ref_overlaps(b1: torch.Tensor, b2: torch.Tensor, mode: str, aligned: bool, offset: int):
+    l1, l2 = b1.tolist(), b2.tolist()
+    if aligned:
+        return torch.tensor(
+            [ref_overlap(a, b, mode, offset) for a, b in zip(l1, l2)], dtype=torch.float64
+        )
+    return torch.tensor(
+        [[ref_overlap(a, b, mode, offset) for b in l2] for a in l1], dtype=torch.float64
+    )
+
+
+def random_boxes(n: int, seed: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    xy = torch.rand(n, 2, generator=g, dtype=torch.float64) * 20
+    wh = torch.rand(n, 2, generator=g, dtype=torch.float64) * 10 + 0.5
+    return torch.cat([xy, xy + wh], 1).to(dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_docstring_example(device: str) -> None:
+    bboxes1 = torch.tensor([[0, 0, 10, 10], [10, 10, 20, 20], [32, 32, 38, 42]], device=device)
+    bboxes2 = torch.tensor([[0, 0, 10, 20], [0, 10, 10, 19], [10, 10, 20, 20]], device=device)
+    got = bbox_overlaps(bboxes1.float(), bboxes2.float())
+    expected = torch.tensor([[0.5, 0.0, 0.0], [0.0, 0.0, 1.0], [0.0, 0.0, 0.0]])
+    assert got.device.type == device
+    torch.testing.assert_close(got.cpu(), expected)
+
+
+def test_empty_shapes() -> None:
+    empty = torch.FloatTensor([])
+    nonempty = torch.FloatTensor([[0, 0, 10, 9]])
+    assert bbox_overlaps(empty, nonempty).shape == (0, 1)
+    assert bbox_overlaps(nonempty, empty).shape == (1, 0)
+    assert bbox_overlaps(empty, empty).shape == (0, 0)
+    assert bbox_overlaps(torch.zeros(0, 4), torch.zeros(0, 4), aligned=True).shape == (0,)
+    assert bbox_overlaps(empty.double(), nonempty).dtype == torch.float64  # bboxes1's dtype
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("mode", ["iou", "iof"])
+@pytest.mark.parametrize("aligned", [False, True])
+@pytest.mark.parametrize("offset", [0, 1])
+def test_matches_reference(device: str, mode: str, aligned: bool, offset: int) -> None:
+    b1 = random_boxes(7, seed=1)
+    b2 = random_boxes(7 if aligned else 5, seed=2)
+    b2[0] = b1[0]  # an identical pair
+    got = bbox_overlaps(b1.to(device), b2.to(device), mode, aligned, offset)
+    assert got.shape == ((7,) if aligned else (7, 5)) and got.dtype == torch.float32
+    ref = ref_overlaps(b1, b2, mode, aligned, offset)
+    torch.testing.assert_close(got.cpu().double(), ref, rtol=1e-5, atol=1e-6)
+    if aligned:
+        assert got[0].item() == pytest.approx(1.0)
+
+
+def test_offset_one_counts_pixels() -> None:
+    # Integer pixel boxes: [0, 0, 0, 0] is one pixel with offset=1, empty with offset=0.
+    a = torch.tensor([[0.0, 0, 0, 0], [0, 0, 1, 1]])
+    b = torch.tensor([[0.0, 0, 0, 0], [1, 1, 2, 2]])
+    torch.testing.assert_close(
+        bbox_overlaps(a, b, aligned=True, offset=1), torch.tensor([1.0, 1 / 7])
+    )
+    got = bbox_overlaps(a, b, aligned=True, offset=0)
+    assert math.isnan(got[0].item()) and got[1].item() == 0.0  # 0/0 as in mmcv, no epsilon
+
+
+def test_iof_is_over_the_first_box() -> None:
+    big = torch.tensor([[0.0, 0, 10, 10]])
+    small = torch.tensor([[0.0, 0, 5, 5]])
+    assert bbox_overlaps(small, big, "iof").item() == 1.0
+    assert bbox_overlaps(big, small, "iof").item() == 0.25
+    assert bbox_overlaps(big, small, "iou").item() == 0.25
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("aligned", [False, True])
+def test_half(device: str, dtype: torch.dtype, aligned: bool) -> None:
+    b1, b2 = random_boxes(6, seed=3, dtype=dtype), random_boxes(6, seed=4, dtype=dtype)
+    got = bbox_overlaps(b1.to(device), b2.to(device), aligned=aligned)
+    assert got.dtype == dtype
+    ref = bbox_overlaps(b1.float(), b2.float(), aligned=aligned).to(dtype)
+    torch.testing.assert_close(got.cpu(), ref)
+    # Areas past float16's 65504 do not overflow (computed in float32).
+    big = torch.tensor([[0.0, 0, 400, 400]], dtype=dtype, device=device)
+    half_big = torch.tensor([[0.0, 0, 400, 200]], dtype=dtype, device=device)
+    assert bbox_overlaps(big, half_big).item() == 0.5
+
+
+@pytest.mark.parametrize("mode", ["iou", "iof"])
+@pytest.mark.parametrize("aligned", [False, True])
+def test_gradcheck(mode: str, aligned: bool) -> None:
+    b1 = random_boxes(4, seed=5, dtype=torch.float64).requires_grad_()
+    b2 = random_boxes(4 if aligned else 3, seed=6, dtype=torch.float64).requires_grad_()
+    assert torch.autograd.gradcheck(lambda a, b: bbox_overlaps(a, b, mode, aligned), (b1, b2))
+
+
+def test_bad_input() -> None:
+    b = torch.tensor([[0.0, 0, 1, 1]])
+    with pytest.raises(ValueError, match="mode must be 'iou' or 'iof', got 'giou'"):
+        bbox_overlaps(b, b, mode="giou")
+    with pytest.raises(ValueError, match="offset must be 0 or 1, got 2"):
+        bbox_overlaps(b, b, offset=2)
+    with pytest.raises(
+        ValueError, match=r"bboxes2 must have shape \(n, 4\) or be empty, got \(1, 5"
+    ):
+        bbox_overlaps(b, torch.zeros(1, 5))
+    with pytest.raises(ValueError, match="as many boxes, got 1 and 2"):
+        bbox_overlaps(b, b.repeat(2, 1), aligned=True)
+    with pytest.raises(TypeError, match="bboxes1 must be a torch.Tensor, got list"):
+        bbox_overlaps(b.tolist(), b)
+    with pytest.raises(TypeError, match="bboxes1 must be a floating-point tensor, got torch.int64"):
+        bbox_overlaps(b.long(), b)
+    with pytest.raises(TypeError, match="same dtype, got torch.float32 and torch.float64"):
+        bbox_overlaps(b, b.double())
