@@ -1,0 +1,84 @@
+"""Criss-cross attention (CCNet), as ``mmcv.ops.cc_attention``.
+
+mmcv 1.7.2's module is itself plain torch; this one computes the same
+(einsums over each position's column and row, the position itself counted
+once), with mmcv's parameter names, so checkpoints load unchanged.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = ["NEG_INF_DIAG", "CrissCrossAttention"]
+
+
+def NEG_INF_DIAG(n: int, device: torch.device) -> Tensor:
+    """(n, n) float32: -inf on the diagonal, 0 elsewhere.
+
+    Added to the column energies so that a position's attention to itself
+    is counted once (in the row part) rather than twice.
+    """
+    return torch.diag(torch.full((n,), float("-inf"), device=device))
+
+
+class _Scale(nn.Module):
+    """A learnable scalar factor (mmcv.cnn's ``Scale``: parameter ``scale``)."""
+
+    def __init__(self, scale: float = 1.0) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.tensor(scale, dtype=torch.float))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x * self.scale
+
+
+class CrissCrossAttention(nn.Module):
+    """Criss-Cross Attention (https://arxiv.org/abs/1811.11721), as mmcv's module.
+
+    Each position attends to every position in its row and its column (itself
+    once), with a softmax over those H + W - 1 energies; the result, scaled by
+    the learnable ``gamma`` (initially 0), is added to the input.
+
+    Args:
+        in_channels: Channels of the input; query and key have ``in_channels // 8``.
+    """
+
+    def __init__(self, in_channels: int) -> None:
+        super().__init__()
+        self.query_conv = nn.Conv2d(in_channels, in_channels // 8, 1)
+        self.key_conv = nn.Conv2d(in_channels, in_channels // 8, 1)
+        self.value_conv = nn.Conv2d(in_channels, in_channels, 1)
+        self.gamma = _Scale(0.0)
+        self.in_channels = in_channels
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Adds the criss-cross context to every position.
+
+        Args:
+            x: (B, in_channels, H, W) float.
+
+        Returns:
+            (B, in_channels, H, W), contiguous.
+        """
+        if x.dim() != 4:
+            raise ValueError(
+                f"CrissCrossAttention: x must be (B, C, H, W), found shape {tuple(x.shape)}"
+            )
+        height = x.shape[2]
+        query = self.query_conv(x)
+        key = self.key_conv(x)
+        value = self.value_conv(x)
+        # Column energies (b, h, w, i): query at (h, w) against key at (i, w), minus
+        # the position itself, which the row energies (b, h, w, j) already hold.
+        column = torch.einsum("bchw,bciw->bhwi", query, key)
+        column = column + NEG_INF_DIAG(height, query.device).to(column.dtype)[:, None, :]
+        row = torch.einsum("bchw,bchj->bhwj", query, key)
+        attn = F.softmax(torch.cat([column, row], dim=-1), dim=-1)
+        out = torch.einsum("bciw,bhwi->bchw", value, attn[..., :height])
+        out = out + torch.einsum("bchj,bhwj->bchw", value, attn[..., height:])
+        return (self.gamma(out) + x).contiguous()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(in_channels={self.in_channels})"

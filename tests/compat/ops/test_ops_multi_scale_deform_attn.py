@@ -1,0 +1,348 @@
+"""mmpar.compat.ops.multi_scale_deform_attn against an explicit per-sample bilinear loop."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from mmpar.compat.ops.multi_scale_deform_attn import (
+    MultiScaleDeformableAttention,
+    MultiScaleDeformableAttnFunction,
+    multi_scale_deformable_attn_pytorch,
+)
+
+DEVICES = [
+    "cpu",
+    pytest.param(
+        "cuda",
+        marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+    ),
+]
+SHAPES = [(3, 4), (2, 5), (1, 1)]  # (h, w) per level: non-square, and a 1x1 level
+
+
+def _bilinear(img: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """img (C, h, w) at normalised (x, y): pixel i's centre at (i + 0.5) / w, zeros outside."""
+    _, h, w = img.shape
+    px, py = x * w - 0.5, y * h - 0.5
+    x0, y0 = math.floor(px.item()), math.floor(py.item())
+    out = img.new_zeros(img.shape[0])
+    for row, wy in ((y0, 1 - (py - y0)), (y0 + 1, py - y0)):
+        for col, wx in ((x0, 1 - (px - x0)), (x0 + 1, px - x0)):
+            if 0 <= row < h and 0 <= col < w:
+                out = out + wy * wx * img[:, row, col]
+    return out
+
+
+def _reference(value, shapes, locations, weights):
+    """Explicit loop over every batch, query, head, level and point."""
+    bs, _, heads, dims = value.shape
+    _, queries, _, levels, points, _ = locations.shape
+    starts = [0]
+    for h, w in shapes:
+        starts.append(starts[-1] + h * w)
+    out = value.new_zeros(bs, queries, heads * dims)
+    rows = []
+    for b in range(bs):
+        for q in range(queries):
+            heads_out = []
+            for k in range(heads):
+                acc = value.new_zeros(dims)
+                for lvl, (h, w) in enumerate(shapes):
+                    # (h*w, dims) row-major -> (dims, h, w)
+                    img = value[b, starts[lvl] : starts[lvl + 1], k].t().reshape(dims, h, w)
+                    for p in range(points):
+                        x, y = locations[b, q, k, lvl, p]
+                        acc = acc + weights[b, q, k, lvl, p] * _bilinear(img, x, y)
+                heads_out.append(acc)
+            rows.append(torch.cat(heads_out))
+    if rows:
+        out = torch.stack(rows).view(bs, queries, heads * dims)
+    return out
+
+
+def _inputs(bs=2, queries=3, heads=2, dims=3, points=2, dtype=torch.float64, device="cpu", seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    keys = sum(h * w for h, w in SHAPES)
+    value = torch.randn(bs, keys, heads, dims, generator=gen, dtype=dtype)
+    # Some samples fall outside [0, 1]: those read zeros (partly or wholly).
+    locations = torch.rand(bs, queries, heads, len(SHAPES), points, 2, generator=gen, dtype=dtype)
+    locations = locations * 1.4 - 0.2
+    weights = torch.rand(bs, queries, heads, len(SHAPES), points, generator=gen, dtype=dtype)
+    shapes = torch.tensor(SHAPES, dtype=torch.long)
+    return [t.to(device) for t in (value, shapes, locations, weights)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_forward_and_grads_match_the_loop(device):
+    value, shapes, locations, weights = _inputs(device=device)
+    ours_in = [t.clone().requires_grad_() for t in (value, locations, weights)]
+    ref_in = [t.detach().cpu().clone().requires_grad_() for t in (value, locations, weights)]
+    ours = multi_scale_deformable_attn_pytorch(ours_in[0], shapes, ours_in[1], ours_in[2])
+    ref = _reference(ref_in[0], SHAPES, ref_in[1], ref_in[2])
+    assert ours.shape == (2, 3, 6)
+    torch.testing.assert_close(ours.cpu(), ref)
+    grad = torch.randn_like(ref)
+    ours.backward(grad.to(device))
+    ref.backward(grad)
+    for a, b in zip(ours_in, ref_in):
+        torch.testing.assert_close(a.grad.cpu(), b.grad)
+
+
+def test_gradcheck():
+    value, shapes, locations, weights = _inputs(bs=1, queries=2, heads=2, dims=2, points=2)
+    inputs = [t.requires_grad_() for t in (value, locations, weights)]
+    assert torch.autograd.gradcheck(
+        lambda v, loc, w: multi_scale_deformable_attn_pytorch(v, shapes, loc, w), inputs
+    )
+
+
+def test_sample_on_a_pixel_centre_reads_it():
+    # One level 2x3, one head, one point at the centre of pixel (row 1, col 2).
+    value = torch.arange(6.0).view(1, 6, 1, 1)
+    loc = torch.tensor([(2 + 0.5) / 3, (1 + 0.5) / 2]).view(1, 1, 1, 1, 1, 2)
+    out = multi_scale_deformable_attn_pytorch(
+        value, torch.tensor([[2, 3]]), loc, torch.full((1, 1, 1, 1, 1), 2.0)
+    )
+    assert out.item() == pytest.approx(2 * 5.0)
+    # Half a pixel past the right edge: half the edge pixel, half zero.
+    loc[..., 0] = 1.0
+    out = multi_scale_deformable_attn_pytorch(
+        value, torch.tensor([[2, 3]]), loc, torch.ones(1, 1, 1, 1, 1)
+    )
+    assert out.item() == pytest.approx(0.5 * 5.0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_dtypes_close_to_float32(device, dtype):
+    value, shapes, locations, weights = _inputs(dtype=torch.float32, device=device)
+    expected = multi_scale_deformable_attn_pytorch(value, shapes, locations, weights)
+    half = [t.to(dtype) for t in (value, locations, weights)]
+    out = multi_scale_deformable_attn_pytorch(half[0], shapes, half[1], half[2])
+    assert out.dtype == dtype and out.device == value.device
+    torch.testing.assert_close(out.float(), expected, atol=0.1, rtol=0.05)
+    # amp-style mixed dtypes: float32 locations and weights with a half value.
+    mixed = multi_scale_deformable_attn_pytorch(half[0], shapes, locations, weights)
+    assert mixed.dtype == dtype
+    torch.testing.assert_close(mixed.float(), expected, atol=0.1, rtol=0.05)
+
+
+def test_empty_batch_and_queries():
+    value, shapes, locations, weights = _inputs(queries=0)
+    assert multi_scale_deformable_attn_pytorch(value, shapes, locations, weights).shape == (
+        2,
+        0,
+        6,
+    )
+    value, shapes, locations, weights = _inputs(bs=0)
+    assert multi_scale_deformable_attn_pytorch(value, shapes, locations, weights).shape == (
+        0,
+        3,
+        6,
+    )
+
+
+def test_empty_level_contributes_nothing():
+    value, _, locations, weights = _inputs()
+    shapes = torch.tensor([*SHAPES, (0, 4)])
+    locations = torch.cat([locations, locations[:, :, :, :1]], dim=3)
+    weights = torch.cat([weights, weights[:, :, :, :1]], dim=3)
+    out = multi_scale_deformable_attn_pytorch(value, shapes, locations, weights)
+    torch.testing.assert_close(out, _reference(value, SHAPES, locations[:, :, :, :3], weights))
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (lambda v, s, loc, w: (v[0], s, loc, w), "value must be"),
+        (lambda v, s, loc, w: (v[:, :-1], s, loc, w), "num_keys"),
+        (lambda v, s, loc, w: (v, s[:2], loc, w), "one row per level"),
+        (lambda v, s, loc, w: (v, s, loc[..., :1], w), "sampling_locations must be"),
+        (lambda v, s, loc, w: (v, s, loc, w[..., :1]), "attention_weights must be"),
+        (lambda v, s, loc, w: (v, s, loc[:, :, :1], w[:, :, :1]), "num_heads"),
+        (lambda v, s, loc, w: (v, s[:, :1], loc, w), r"\(h, w\)"),
+    ],
+)
+def test_bad_shapes_raise(change, match):
+    with pytest.raises(ValueError, match=match):
+        multi_scale_deformable_attn_pytorch(*change(*_inputs()))
+
+
+def test_function_apply_is_the_pytorch_path():
+    value, shapes, locations, weights = _inputs()
+    start = torch.tensor([0, 12, 22])
+    out = MultiScaleDeformableAttnFunction.apply(value, shapes, start, locations, weights, 64)
+    torch.testing.assert_close(
+        out, multi_scale_deformable_attn_pytorch(value, shapes, locations, weights)
+    )
+
+
+# The module.
+
+
+def test_init_weights_direction_grid():
+    attn = MultiScaleDeformableAttention(embed_dims=16, num_heads=8, num_levels=2, num_points=3)
+    bias = attn.sampling_offsets.bias.view(8, 2, 3, 2)
+    # Head k points at angle 2*pi*k/8, scaled so the larger coordinate is +-1.
+    directions = torch.tensor(
+        [[1, 0], [1, 1], [0, 1], [-1, 1], [-1, 0], [-1, -1], [0, -1], [1, -1]], dtype=torch.float
+    )
+    for p in range(3):
+        for lvl in range(2):
+            torch.testing.assert_close(bias[:, lvl, p], directions * (p + 1), atol=1e-5, rtol=0)
+    assert attn.sampling_offsets.weight.abs().sum() == 0
+    assert attn.attention_weights.weight.abs().sum() == 0
+    assert attn.attention_weights.bias.abs().sum() == 0
+    for proj in (attn.value_proj, attn.output_proj):
+        assert proj.bias.abs().sum() == 0
+        bound = math.sqrt(6 / (16 + 16))  # xavier uniform
+        assert 0 < proj.weight.abs().max() <= bound
+    assert attn._is_init and attn.init_cfg is None
+
+
+def test_state_dict_names_are_mmcv():
+    attn = MultiScaleDeformableAttention(embed_dims=8, num_heads=2, num_levels=1, num_points=1)
+    assert sorted(attn.state_dict()) == sorted(
+        f"{m}.{p}"
+        for m in ("sampling_offsets", "attention_weights", "value_proj", "output_proj")
+        for p in ("weight", "bias")
+    )
+    assert isinstance(attn.dropout, nn.Dropout) and attn.dropout.p == 0.1
+    assert (attn.im2col_step, attn.batch_first, attn.norm_cfg) == (64, False, None)
+
+
+def test_embed_dims_not_divisible_raises():
+    with pytest.raises(ValueError, match="embed_dims=10, num_heads=4"):
+        MultiScaleDeformableAttention(embed_dims=10, num_heads=4)
+
+
+def _module(seed=0, **kwargs):
+    torch.manual_seed(seed)
+    cfg = dict(embed_dims=8, num_heads=2, num_levels=3, num_points=2, dropout=0.0)
+    cfg.update(kwargs)
+    attn = MultiScaleDeformableAttention(**cfg).double().eval()
+    with torch.no_grad():
+        for param in attn.parameters():  # away from the init, so every term matters
+            param.add_(torch.randn_like(param) * 0.3)
+    return attn
+
+
+def _expected(attn, query, value, refs, identity, mask=None):
+    """The module's definition, batch first, with the explicit loop for the sampling."""
+    bs, nq, _ = query.shape
+    heads, levels, points = attn.num_heads, attn.num_levels, attn.num_points
+    v = attn.value_proj(value)
+    if mask is not None:
+        v = v * (~mask)[..., None]
+    v = v.view(bs, value.shape[1], heads, -1)
+    offsets = attn.sampling_offsets(query).view(bs, nq, heads, levels, points, 2)
+    weights = attn.attention_weights(query).view(bs, nq, heads, levels * points).softmax(-1)
+    weights = weights.view(bs, nq, heads, levels, points)
+    loc = torch.empty_like(offsets)
+    for lvl, (h, w) in enumerate(SHAPES):
+        for axis, size in ((0, w), (1, h)):
+            r = refs[:, :, None, lvl, None, axis]
+            if refs.shape[-1] == 2:
+                loc[:, :, :, lvl, :, axis] = r + offsets[:, :, :, lvl, :, axis] / size
+            else:
+                extent = refs[:, :, None, lvl, None, 2 + axis]
+                step = offsets[:, :, :, lvl, :, axis] / points * extent * 0.5
+                loc[:, :, :, lvl, :, axis] = r + step
+    out = _reference(v, SHAPES, loc, weights)
+    return attn.output_proj(out) + identity
+
+
+@pytest.mark.parametrize("ref_dims", [2, 4])
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_module_forward_matches_definition(ref_dims, batch_first):
+    attn = _module(batch_first=batch_first)
+    gen = torch.Generator().manual_seed(1)
+    bs, nq, keys = 2, 3, sum(h * w for h, w in SHAPES)
+    query = torch.randn(bs, nq, 8, generator=gen, dtype=torch.float64)
+    value = torch.randn(bs, keys, 8, generator=gen, dtype=torch.float64)
+    pos = torch.randn(bs, nq, 8, generator=gen, dtype=torch.float64)
+    identity = torch.randn(bs, nq, 8, generator=gen, dtype=torch.float64)
+    refs = torch.rand(bs, nq, 3, ref_dims, generator=gen, dtype=torch.float64)
+    mask = torch.rand(bs, keys, generator=gen) < 0.3
+    shapes = torch.tensor(SHAPES)
+    start = torch.tensor([0, 12, 22])
+
+    def lay(t):
+        return t if batch_first else t.transpose(0, 1)
+
+    out = attn(
+        lay(query),
+        value=lay(value),
+        identity=lay(identity),
+        query_pos=lay(pos),
+        key_padding_mask=mask,
+        reference_points=refs,
+        spatial_shapes=shapes,
+        level_start_index=start,
+        unused_extra_key=1,
+    )
+    expected = _expected(attn, query + pos, value, refs, identity, mask)
+    torch.testing.assert_close(out, lay(expected))
+
+
+def test_module_defaults_value_and_identity_to_query():
+    attn = _module(num_levels=1)
+    query = torch.rand(4, 1, 8, dtype=torch.float64)  # (nq = 2 * 2 keys, bs, dims)
+    refs = torch.rand(1, 4, 1, 2, dtype=torch.float64)
+    out = attn(query, reference_points=refs, spatial_shapes=torch.tensor([[2, 2]]))
+    q = query.transpose(0, 1)
+    v = attn.value_proj(q).view(1, 4, 2, 4)
+    offsets = attn.sampling_offsets(q).view(1, 4, 2, 1, 2, 2)
+    weights = attn.attention_weights(q).view(1, 4, 2, 2).softmax(-1).view(1, 4, 2, 1, 2)
+    loc = refs[:, :, None, :, None, :] + offsets / 2
+    expected = attn.output_proj(_reference(v, [(2, 2)], loc, weights)) + q
+    torch.testing.assert_close(out, expected.transpose(0, 1))
+
+
+def test_module_residual_is_identity_deprecated():
+    attn = _module(num_levels=1)
+    query = torch.rand(4, 1, 8, dtype=torch.float64)
+    kwargs = dict(reference_points=torch.rand(1, 4, 1, 2, dtype=torch.float64))
+    kwargs["spatial_shapes"] = torch.tensor([[2, 2]])
+    identity = torch.rand_like(query)
+    expected = attn(query, identity=identity, **kwargs)
+    with pytest.warns(DeprecationWarning, match="residual"):
+        torch.testing.assert_close(attn(query, residual=identity, **kwargs), expected)
+    with pytest.raises(ValueError, match="identity"):
+        attn(query, identity=identity, residual=identity, **kwargs)
+
+
+def test_module_bad_reference_points():
+    attn = _module(num_levels=1)
+    query = torch.rand(4, 1, 8, dtype=torch.float64)
+    with pytest.raises(ValueError, match="reference_points' last dim must be 2 .* or 4.*found 3"):
+        attn(
+            query,
+            reference_points=torch.rand(1, 4, 1, 3, dtype=torch.float64),
+            spatial_shapes=torch.tensor([[2, 2]]),
+        )
+    with pytest.raises(ValueError, match="reference_points"):
+        attn(query, spatial_shapes=torch.tensor([[2, 2]]))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_module_backward_reaches_every_parameter(device):
+    attn = MultiScaleDeformableAttention(embed_dims=8, num_heads=2, num_levels=3, num_points=2)
+    attn = attn.to(device)
+    query = torch.rand(3, 2, 8, device=device, requires_grad=True)
+    value = torch.rand(sum(h * w for h, w in SHAPES), 2, 8, device=device)
+    out = attn(
+        query,
+        value=value,
+        reference_points=torch.rand(2, 3, 3, 2, device=device),
+        spatial_shapes=torch.tensor(SHAPES, device=device),
+    )
+    assert out.shape == (3, 2, 8) and out.device == query.device
+    out.square().sum().backward()
+    assert query.grad is not None
+    for name, param in attn.named_parameters():
+        assert param.grad is not None, name
