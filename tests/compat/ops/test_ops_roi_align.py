@@ -1,0 +1,296 @@
+"""mmpar's ``mmcv.ops.roi_align`` against an explicit per-bin loop of bilinear samples."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import math
+import warnings
+
+import pytest
+import torch
+
+from mmpar.compat.ops.roi_align import RoIAlign, roi_align
+
+pytest.importorskip("torchvision")
+roi_align_module = importlib.import_module("mmpar.compat.ops.roi_align")
+
+DEVICES = [
+    "cpu",
+    pytest.param(
+        "cuda",
+        marks=[
+            pytest.mark.cuda,
+            pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+        ],
+    ),
+]
+
+
+def _bilinear(fmap: list[list[float]], y: float, x: float) -> tuple[float, list]:
+    """mmcv's bilinear read of one sample: (value, [(row, col, weight)])."""
+    height, width = len(fmap), len(fmap[0])
+    if y < -1.0 or y > height or x < -1.0 or x > width:
+        return 0.0, []
+    y, x = max(y, 0.0), max(x, 0.0)
+    y_low, x_low = int(y), int(x)
+    if y_low >= height - 1:
+        y_low = y_high = height - 1
+        y = float(y_low)
+    else:
+        y_high = y_low + 1
+    if x_low >= width - 1:
+        x_low = x_high = width - 1
+        x = float(x_low)
+    else:
+        x_high = x_low + 1
+    ly, lx = y - y_low, x - x_low
+    taps = [
+        (y_low, x_low, (1 - ly) * (1 - lx)),
+        (y_low, x_high, (1 - ly) * lx),
+        (y_high, x_low, ly * (1 - lx)),
+        (y_high, x_high, ly * lx),
+    ]
+    return sum(w * fmap[r][c] for r, c, w in taps), taps
+
+
+def _reference(inp, rois, out_size, scale, sampling_ratio, mode, aligned, grad_out):
+    """Output and input gradient (for ``grad_out``), one bin at a time, in float64."""
+    inp, rois, grad_out = inp.double().cpu(), rois.double().cpu(), grad_out.double().cpu()
+    n, c, h, w = inp.shape
+    ph_n, pw_n = out_size
+    out = torch.zeros(rois.shape[0], c, ph_n, pw_n, dtype=torch.float64)
+    grad = torch.zeros_like(inp)
+    for k, roi in enumerate(rois.tolist()):
+        b = int(roi[0])
+        off = 0.5 if aligned else 0.0
+        x1, y1, x2, y2 = (v * scale - off for v in roi[1:])
+        roi_w, roi_h = x2 - x1, y2 - y1
+        if not aligned:
+            roi_w, roi_h = max(roi_w, 1.0), max(roi_h, 1.0)
+        bin_h, bin_w = roi_h / ph_n, roi_w / pw_n
+        grid_h = sampling_ratio if sampling_ratio > 0 else max(math.ceil(bin_h), 0)
+        grid_w = sampling_ratio if sampling_ratio > 0 else max(math.ceil(bin_w), 0)
+        for ch in range(c):
+            fmap = inp[b, ch].tolist()
+            for ph in range(ph_n):
+                for pw in range(pw_n):
+                    samples = []
+                    for iy in range(grid_h):
+                        y = y1 + ph * bin_h + (iy + 0.5) * bin_h / grid_h
+                        for ix in range(grid_w):
+                            x = x1 + pw * bin_w + (ix + 0.5) * bin_w / grid_w
+                            samples.append(_bilinear(fmap, y, x))
+                    g = grad_out[k, ch, ph, pw].item()
+                    if not samples:
+                        continue
+                    if mode == "avg":
+                        out[k, ch, ph, pw] = sum(v for v, _ in samples) / len(samples)
+                        for _, taps in samples:
+                            for r, col, wt in taps:
+                                grad[b, ch, r, col] += g * wt / len(samples)
+                    else:
+                        best = max(range(len(samples)), key=lambda i: (samples[i][0], -i))
+                        out[k, ch, ph, pw] = samples[best][0]
+                        for r, col, wt in samples[best][1]:
+                            grad[b, ch, r, col] += g * wt
+    return out, grad
+
+
+def _case(device, dtype=torch.float32, seed=0):
+    """Two images; rois inside, partly outside, fully outside, thin, and zero-sized."""
+    gen = torch.Generator().manual_seed(seed)
+    inp = torch.randn(2, 3, 6, 7, generator=gen, dtype=torch.float64)
+    rois = torch.tensor(
+        [
+            [0, 2.0, 3.0, 9.0, 10.0],
+            [1, -3.0, -2.5, 4.5, 5.0],  # partly above and left of the map
+            [0, 8.0, 6.0, 17.0, 15.0],  # partly below and right
+            [1, 20.0, 20.0, 26.0, 24.0],  # entirely outside
+            [1, 1.0, 1.0, 12.5, 2.0],  # thin
+            [0, 5.0, 5.0, 5.0, 5.0],  # zero-sized
+            [1, 0.0, 0.0, 13.0, 11.0],  # the whole map
+        ],
+        dtype=torch.float64,
+    )
+    return inp.to(device, dtype), rois.to(device, dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_mmcv_test_numbers(device, dtype):
+    """The inputs and expected outputs/gradients of mmcv's own RoIAlign test (avg, ratio 2)."""
+    cases = [
+        ([[[[1.0, 2.0], [3.0, 4.0]]]], [[0.0, 0.0, 0.0, 1.0, 1.0]]),
+        ([[[[1.0, 2.0], [3.0, 4.0]], [[4.0, 3.0], [2.0, 1.0]]]], [[0.0, 0.0, 0.0, 1.0, 1.0]]),
+        (
+            [[[[1, 2, 5, 6.0], [3, 4, 7, 8], [9, 10, 13, 14], [11, 12, 15, 16]]]],
+            [[0.0, 0.0, 0.0, 3.0, 3.0]],
+        ),
+    ]
+    expected = [
+        ([[[[1.0, 1.25], [1.5, 1.75]]]], [[[[3.0625, 0.4375], [0.4375, 0.0625]]]]),
+        (
+            [[[[1.0, 1.25], [1.5, 1.75]], [[4.0, 3.75], [3.5, 3.25]]]],
+            [[[[3.0625, 0.4375], [0.4375, 0.0625]], [[3.0625, 0.4375], [0.4375, 0.0625]]]],
+        ),
+        (
+            [[[[1.9375, 4.75], [7.5625, 10.375]]]],
+            [
+                [
+                    [
+                        [0.47265625, 0.4296875, 0.4296875, 0.04296875],
+                        [0.4296875, 0.390625, 0.390625, 0.0390625],
+                        [0.4296875, 0.390625, 0.390625, 0.0390625],
+                        [0.04296875, 0.0390625, 0.0390625, 0.00390625],
+                    ]
+                ]
+            ],
+        ),
+    ]
+    for (inp, rois), (out_ref, grad_ref) in zip(cases, expected):
+        x = torch.tensor(inp, dtype=dtype, device=device, requires_grad=True)
+        r = torch.tensor(rois, dtype=dtype, device=device)
+        out = roi_align(x, r, (2, 2), 1.0, 2, "avg", True)
+        out.backward(torch.ones_like(out))
+        torch.testing.assert_close(out.cpu(), torch.tensor(out_ref, dtype=dtype))
+        torch.testing.assert_close(x.grad.cpu(), torch.tensor(grad_ref, dtype=dtype))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("mode", ["avg", "max"])
+@pytest.mark.parametrize("aligned", [True, False])
+@pytest.mark.parametrize("sampling_ratio", [0, 2])
+def test_matches_reference(device, mode, aligned, sampling_ratio):
+    inp, rois = _case(device, torch.float64)
+    x = inp.clone().requires_grad_()
+    grad_out = torch.randn(rois.shape[0], 3, 2, 3, dtype=torch.float64, device=device)
+    out = roi_align(x, rois, (2, 3), 0.5, sampling_ratio, mode, aligned)
+    out.backward(grad_out)
+    out_ref, grad_ref = _reference(inp, rois, (2, 3), 0.5, sampling_ratio, mode, aligned, grad_out)
+    torch.testing.assert_close(out.cpu(), out_ref)
+    torch.testing.assert_close(x.grad.cpu(), grad_ref)
+
+
+@pytest.mark.parametrize("mode", ["avg", "max"])
+def test_float32_and_scale_one(mode):
+    inp, rois = _case("cpu", torch.float32, seed=3)
+    rois[:, 1:] /= 2
+    x = inp.clone().requires_grad_()
+    grad_out = torch.ones(rois.shape[0], 3, 3, 3)
+    out = roi_align(x, rois, 3, 1.0, 0, mode, True)
+    out.backward(grad_out)
+    out_ref, grad_ref = _reference(inp, rois, (3, 3), 1.0, 0, mode, True, grad_out)
+    torch.testing.assert_close(out, out_ref.float())
+    torch.testing.assert_close(x.grad, grad_ref.float())
+
+
+def test_max_search_in_chunks(monkeypatch):
+    """rois of many grid sizes searched in several chunks give the one-chunk result."""
+    inp, rois = _case("cpu", torch.float64, seed=5)
+    whole = roi_align(inp, rois, (2, 3), 0.5, 0, "max", True)
+    monkeypatch.setattr(roi_align_module, "_CHUNK_ELEMENTS", 64)
+    chunks = roi_align_module._roi_chunks(
+        torch.tensor([3, 1, 2, 0, 5]), torch.tensor([1, 1, 4, 2, 2]), per_cell=6
+    )
+    assert sorted(i for idx, _, _ in chunks for i in idx.tolist()) == [0, 1, 2, 3, 4]
+    assert len(chunks) > 1
+    torch.testing.assert_close(roi_align(inp, rois, (2, 3), 0.5, 0, "max", True), whole)
+
+
+def test_max_ties_go_to_the_first_sample():
+    """On a flat map every sample ties: the gradient goes to the first sample's pixels."""
+    x = torch.ones(1, 1, 5, 5, dtype=torch.float64, requires_grad=True)
+    rois = torch.tensor([[0, 0.3, 0.7, 3.9, 4.1]], dtype=torch.float64)
+    out = roi_align(x, rois, 1, 1.0, 2, "max", True)
+    out.sum().backward()
+    _, grad_ref = _reference(x.detach(), rois, (1, 1), 1.0, 2, "max", True, torch.ones(1, 1, 1, 1))
+    assert out.item() == 1.0
+    torch.testing.assert_close(x.grad, grad_ref)
+    assert int((x.grad != 0).sum()) <= 4
+
+
+@pytest.mark.parametrize("mode", ["avg", "max"])
+@pytest.mark.parametrize("aligned", [True, False])
+def test_gradcheck(mode, aligned):
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(2, 2, 4, 5, dtype=torch.float64, generator=gen, requires_grad=True)
+    rois = torch.tensor(
+        [[0, 0.6, 0.4, 6.2, 5.3], [1, -1.5, 1.2, 3.1, 9.0], [1, 2.2, 0.1, 3.5, 1.9]],
+        dtype=torch.float64,
+    )
+    assert torch.autograd.gradcheck(
+        lambda t: roi_align(t, rois, (2, 2), 0.7, 0, mode, aligned), (x,), eps=1e-6, atol=1e-5
+    )
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("mode", ["avg", "max"])
+def test_empty_rois(device, mode):
+    x = torch.randn(2, 3, 4, 4, device=device, requires_grad=True)
+    out = roi_align(x, torch.zeros(0, 5, device=device), (7, 7), 0.25, 0, mode, True)
+    assert out.shape == (0, 3, 7, 7)
+    out.sum().backward()
+    assert x.grad is not None and not x.grad.any()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("mode", ["avg", "max"])
+def test_half_types(device, dtype, mode):
+    inp, rois = _case(device, torch.float32, seed=2)
+    x = inp.to(dtype).requires_grad_()
+    out = roi_align(x, rois.to(dtype), (2, 3), 0.5, 2, mode, True)
+    assert out.dtype == dtype
+    out.float().sum().backward()
+    assert x.grad.dtype == dtype
+    expected = roi_align(inp.to(dtype).float(), rois.to(dtype).float(), (2, 3), 0.5, 2, mode)
+    tol = 1e-2 if dtype == torch.float16 else 4e-2
+    torch.testing.assert_close(out.float(), expected, atol=tol, rtol=tol)
+
+
+def test_module_and_mmcv_names():
+    layer = RoIAlign((7, 7), spatial_scale=0.25, sampling_ratio=2, pool_mode="max")
+    assert layer.output_size == (7, 7) and layer.spatial_scale == 0.25
+    assert repr(layer) == (
+        "RoIAlign(output_size=(7, 7), spatial_scale=0.25, sampling_ratio=2, "
+        "pool_mode=max, aligned=True, use_torchvision=False)"
+    )
+    assert list(inspect.signature(RoIAlign).parameters) == [
+        "output_size", "spatial_scale", "sampling_ratio", "pool_mode", "aligned",
+        "use_torchvision",
+    ]  # fmt: skip
+    with pytest.warns(DeprecationWarning) as record:
+        old = RoIAlign(out_size=3, sample_num=2, spatial_scale=0.5)
+    messages = " ".join(str(w.message) for w in record)
+    assert '"out_size" is deprecated' in messages and '"sample_num" is deprecated' in messages
+    assert old.output_size == (3, 3) and old.sampling_ratio == 2
+    with pytest.raises(TypeError, match="out_size"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        RoIAlign(out_size=3, output_size=3)
+    inp, rois = _case("cpu")
+    assert torch.equal(layer(inp, rois), roi_align(inp, rois, 7, 0.25, 2, "max", True))
+    # mmcv's use_torchvision path is torchvision's roi_align: average pooling.
+    tv = RoIAlign(7, 0.25, 2, pool_mode="max", use_torchvision=True)
+    assert torch.equal(tv(inp, rois), roi_align(inp, rois, 7, 0.25, 2, "avg", True))
+
+
+def test_bad_arguments():
+    x = torch.randn(1, 2, 4, 4)
+    rois = torch.tensor([[0, 0.0, 0.0, 2.0, 2.0]])
+    with pytest.raises(ValueError, match="pool_mode"):
+        roi_align(x, rois, 2, 1.0, 0, "sum")
+    with pytest.raises(ValueError, match="pool_mode"):
+        RoIAlign(2, pool_mode="sum")
+    with pytest.raises(ValueError, match=r"\(K, 5\)"):
+        roi_align(x, rois[:, 1:], 2)
+    with pytest.raises(ValueError, match=r"\(N, C, H, W\)"):
+        roi_align(x[0], rois, 2)
+    with pytest.raises(TypeError, match="floating-point"):
+        roi_align(x.long(), rois, 2)
+    with pytest.raises(TypeError, match="output_size"):
+        roi_align(x, rois, (2, 2, 2))
+    with pytest.raises(ValueError, match="output_size"):
+        roi_align(x, rois, 0)
+    with pytest.raises(ValueError, match="batch indices"):
+        roi_align(x, torch.tensor([[1, 0.0, 0.0, 2.0, 2.0]]), 2)
