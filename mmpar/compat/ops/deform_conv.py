@@ -1,0 +1,255 @@
+"""Deformable convolution (DCNv1), mmcv's ``mmcv.ops.deform_conv``.
+
+The kernel is ``torchvision.ops.deform_conv2d`` without a mask, which takes
+the offsets in mmcv's layout and samples as mmcv's kernel does (see
+:mod:`mmpar.compat.ops.modulated_deform_conv`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.nn.modules.utils import _pair, _single
+
+from mmpar.compat.ops.backend import torchvision_ops
+from mmpar.compat.ops.modulated_deform_conv import (
+    IntPair,
+    _check_float,
+    _check_per_point,
+    _compute_dtype,
+    _conv_geometry,
+    _load_old_offset_keys,
+    _rename_deform_groups,
+)
+
+__all__ = ["DeformConv2d", "DeformConv2dPack", "deform_conv2d"]
+
+
+def deform_conv2d(
+    input: Tensor,
+    offset: Tensor,
+    weight: Tensor,
+    stride: IntPair = 1,
+    padding: IntPair = 0,
+    dilation: IntPair = 1,
+    groups: int = 1,
+    deform_groups: int = 1,
+    bias: bool = False,
+    im2col_step: int = 32,
+) -> Tensor:
+    """Deformable 2D convolution (DCNv1).
+
+    ``out[n, o, y, x] = sum over c, i, j of weight[o, c, i, j] *
+    bilinear(input[n, c], y * sh - ph + i * dh + dy, x * sw - pw + j * dw + dx)``,
+    with ``(dy, dx) = offset[n, g, 2k : 2k + 2, y, x]``, ``k = i * kw + j``,
+    ``g`` the deformable group of channel ``c``, and zero outside the map. As
+    mmcv's, the output has ``offset``'s dtype: ``input`` and ``weight`` are
+    cast to it (mixed precision).
+
+    Args:
+        input: (N, C_in, H, W) float.
+        offset: (N, deform_groups * 2 * kh * kw, out_h, out_w) float: per group,
+            per kernel point, (dy, dx).
+        weight: (C_out, C_in // groups, kh, kw) float.
+        stride: Int or (sh, sw).
+        padding: Int or (ph, pw): zeros added on both sides.
+        dilation: Int or (dh, dw).
+        groups: Blocked connections from input to output channels.
+        deform_groups: Groups of input channels, each with its own offsets.
+        bias: Must be False (mmcv's DCNv1 has no bias).
+        im2col_step: How many images mmcv's kernel unrolls at a time. It does
+            not change the result, and torchvision's kernel chooses its own, so
+            it is accepted and unused (mmcv also requires the batch size to be
+            divisible by it; mmpar does not).
+
+    Returns:
+        (N, C_out, out_h, out_w), ``offset``'s dtype.
+
+    Raises:
+        TypeError: a tensor is not floating point.
+        ValueError: ``bias`` is not False, or shapes or parameters do not fit together.
+    """
+    op = "deform_conv2d"
+    if bias is not False:
+        raise ValueError(f"mmcv.ops.{op}: only bias=False is supported (as mmcv), found {bias!r}")
+    _check_float(op, offset=offset)
+    stride_, padding_, dilation_, out_size = _conv_geometry(
+        op, input, weight, stride, padding, dilation, groups, deform_groups
+    )
+    _check_per_point(
+        op, "offset", offset,
+        (input.size(0), deform_groups * 2 * weight.size(2) * weight.size(3), *out_size),
+        "N, deform_groups * 2 * kh * kw, out_h, out_w",
+    )  # fmt: skip
+    dtype = offset.dtype
+    compute = _compute_dtype(offset)
+    out = torchvision_ops().deform_conv2d(
+        input.to(compute), offset.to(compute), weight.to(compute), None,
+        stride_, padding_, dilation_,
+    )  # fmt: skip
+    return out.to(dtype)
+
+
+class DeformConv2d(nn.Module):
+    """Deformable 2D convolution (DCNv1), with its weight (no bias).
+
+    Args:
+        in_channels: Channels of the input.
+        out_channels: Channels of the output.
+        kernel_size: Int or (kh, kw).
+        stride: Int or (sh, sw).
+        padding: Int or (ph, pw).
+        dilation: Int or (dh, dw).
+        groups: Blocked connections from input to output channels.
+        deform_groups: Groups of input channels with their own offsets
+            (``deformable_groups=``, deprecated, is accepted with a warning).
+        bias: Must be False.
+        im2col_step: Kept for mmcv's signature; see :func:`deform_conv2d`.
+
+    Raises:
+        ValueError: ``bias`` is set, or the channels are not divisible by ``groups``.
+    """
+
+    @_rename_deform_groups("DeformConv2d")
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: IntPair,
+        stride: IntPair = 1,
+        padding: IntPair = 0,
+        dilation: IntPair = 1,
+        groups: int = 1,
+        deform_groups: int = 1,
+        bias: bool = False,
+        im2col_step: int = 32,
+    ) -> None:
+        super().__init__()
+        if bias:
+            raise ValueError(f"DeformConv2d: bias={bias!r} is not supported (as mmcv)")
+        if groups < 1 or in_channels % groups or out_channels % groups:
+            raise ValueError(
+                f"DeformConv2d: in_channels ({in_channels}) and out_channels ({out_channels}) "
+                f"must be divisible by groups ({groups})"
+            )
+        self.in_channels = in_channels
+        self.out_channels = out_channels
+        self.kernel_size = _pair(kernel_size)
+        self.stride = _pair(stride)
+        self.padding = _pair(padding)
+        self.dilation = _pair(dilation)
+        self.groups = groups
+        self.deform_groups = deform_groups
+        self.im2col_step = im2col_step
+        # nn.Conv2d's attributes, which mmcv's conv builders read.
+        self.transposed = False
+        self.output_padding = _single(0)
+        self.weight = nn.Parameter(
+            torch.empty(out_channels, in_channels // groups, *self.kernel_size)
+        )
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Kaiming-uniform weight (for ReLU), as mmcv."""
+        nn.init.kaiming_uniform_(self.weight, nonlinearity="relu")
+
+    def forward(self, x: Tensor, offset: Tensor) -> Tensor:
+        """The convolution of ``x`` sampled at ``offset``.
+
+        Args:
+            x: (N, C_in, H, W).
+            offset: (N, deform_groups * 2 * kh * kw, out_h, out_w), per kernel
+                point (dy, dx): ``[y0, x0, y1, x1, ...]``, points in row-major order.
+
+        Returns:
+            (N, C_out, out_h, out_w).
+        """
+        # As mmcv: an input smaller than the kernel is zero-padded at the bottom
+        # and right (with its offsets), and the output cropped by as much.
+        pad_h = max(self.kernel_size[0] - x.size(2), 0)
+        pad_w = max(self.kernel_size[1] - x.size(3), 0)
+        if pad_h or pad_w:
+            x = F.pad(x, (0, pad_w, 0, pad_h))
+            offset = F.pad(offset, (0, pad_w, 0, pad_h))
+        out = deform_conv2d(
+            x, offset, self.weight, self.stride, self.padding, self.dilation,
+            self.groups, self.deform_groups, False, self.im2col_step,
+        )  # fmt: skip
+        if pad_h or pad_w:
+            out = out[:, :, : out.size(2) - pad_h, : out.size(3) - pad_w].contiguous()
+        return out
+
+    def __repr__(self) -> str:
+        return (
+            f"{self.__class__.__name__}(in_channels={self.in_channels},\n"
+            f"out_channels={self.out_channels},\n"
+            f"kernel_size={self.kernel_size},\n"
+            f"stride={self.stride},\n"
+            f"padding={self.padding},\n"
+            f"dilation={self.dilation},\n"
+            f"groups={self.groups},\n"
+            f"deform_groups={self.deform_groups},\n"
+            "bias=False)"
+        )
+
+
+class DeformConv2dPack(DeformConv2d):
+    """DCNv1 that computes its own offsets, a drop-in for ``nn.Conv2d`` (mmcv's "DCN").
+
+    ``conv_offset``, an ``nn.Conv2d`` with the same geometry, gives the
+    ``deform_groups * 2 * kh * kw`` offset channels; it starts at zero, so the
+    layer starts as a plain convolution. Takes :class:`DeformConv2d`'s arguments.
+    """
+
+    _version = 2
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.conv_offset = nn.Conv2d(
+            self.in_channels,
+            self.deform_groups * 2 * self.kernel_size[0] * self.kernel_size[1],
+            kernel_size=self.kernel_size,
+            stride=_pair(self.stride),
+            padding=_pair(self.padding),
+            dilation=_pair(self.dilation),
+            bias=True,
+        )
+        self.init_offset()
+
+    def init_offset(self) -> None:
+        """``conv_offset`` at zero."""
+        with torch.no_grad():
+            self.conv_offset.weight.zero_()
+            self.conv_offset.bias.zero_()
+
+    def forward(self, x: Tensor) -> Tensor:  # type: ignore[override]
+        """The convolution of ``x`` at the offsets ``conv_offset`` computes.
+
+        Args:
+            x: (N, C_in, H, W).
+
+        Returns:
+            (N, C_out, out_h, out_w).
+        """
+        return deform_conv2d(
+            x, self.conv_offset(x), self.weight, self.stride, self.padding, self.dilation,
+            self.groups, self.deform_groups, False, self.im2col_step,
+        )  # fmt: skip
+
+    def _load_from_state_dict(
+        self,
+        state_dict: dict[str, Any],
+        prefix: str,
+        local_metadata: dict[str, Any],
+        strict: bool,
+        missing_keys: list[str],
+        unexpected_keys: list[str],
+        error_msgs: list[str],
+    ) -> None:
+        _load_old_offset_keys("DeformConv2dPack", state_dict, prefix, local_metadata)
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )

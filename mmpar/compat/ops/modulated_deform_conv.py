@@ -1,0 +1,409 @@
+"""Modulated deformable convolution (DCNv2), mmcv's ``mmcv.ops.modulated_deform_conv``.
+
+The kernel is ``torchvision.ops.deform_conv2d`` with a mask: like mmcv's, it
+takes the offsets as ``(dy, dx)`` pairs per kernel point, kernel points in
+row-major order, one block of ``2 * kh * kw`` channels per deformable group,
+and samples bilinearly with zeros outside the map (a point in
+``(-1, H) x (-1, W)`` still blends with the rows and columns inside).
+mmcv's ``deform_conv`` module shares this module's helpers, as mmcv's does.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import warnings
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import torch
+from torch import Tensor, nn
+from torch.nn.modules.utils import _pair, _single
+
+from mmpar.compat.ops.backend import torchvision_ops
+
+__all__ = ["ModulatedDeformConv2d", "ModulatedDeformConv2dPack", "modulated_deform_conv2d"]
+
+logger = logging.getLogger(__name__)
+
+IntPair = int | tuple[int, int]
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _compute_dtype(tensor: Tensor) -> torch.dtype:
+    """The dtype torchvision's kernel runs in for ``tensor``: its own, or float32.
+
+    torchvision's CPU kernel has no bfloat16 and sums float16 in float16, and its
+    CUDA kernel has no bfloat16: those run in float32 and are cast back.
+    """
+    if tensor.dtype in (torch.float32, torch.float64):
+        return tensor.dtype
+    if tensor.dtype == torch.float16 and tensor.device.type == "cuda":
+        return tensor.dtype
+    return torch.float32
+
+
+def _int_pair(op: str, name: str, value: IntPair, minimum: int) -> tuple[int, int]:
+    """``value`` as a pair of ints, each at least ``minimum``."""
+    pair = tuple(_pair(value))
+    if len(pair) != 2 or not all(isinstance(v, int) and v >= minimum for v in pair):
+        raise ValueError(
+            f"mmcv.ops.{op}: {name} must be an int >= {minimum} or a pair of them, found {value!r}"
+        )
+    return pair  # type: ignore[return-value]
+
+
+def _check_float(op: str, **tensors: Tensor | None) -> None:
+    for name, tensor in tensors.items():
+        if tensor is not None and not tensor.is_floating_point():
+            raise TypeError(f"mmcv.ops.{op}: {name} must be floating point, found {tensor.dtype}")
+
+
+def _conv_geometry(
+    op: str,
+    input: Tensor,
+    weight: Tensor,
+    stride: IntPair,
+    padding: IntPair,
+    dilation: IntPair,
+    groups: int,
+    deform_groups: int,
+) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int], tuple[int, int]]:
+    """Checks a deformable convolution's arguments and gives its geometry.
+
+    Args:
+        op: The op's mmcv name, for the messages.
+        input: (N, C_in, H, W) float.
+        weight: (C_out, C_in // groups, kh, kw) float.
+        stride: Int or (sh, sw).
+        padding: Int or (ph, pw).
+        dilation: Int or (dh, dw).
+        groups: Blocked connections from input to output channels.
+        deform_groups: Groups of input channels that share one set of offsets.
+
+    Returns:
+        ``(stride, padding, dilation, (out_h, out_w))``, each a pair of ints.
+
+    Raises:
+        TypeError: ``input`` or ``weight`` is not floating point.
+        ValueError: shapes or parameters that do not fit together.
+    """
+    if input.dim() != 4:
+        raise ValueError(f"mmcv.ops.{op}: input must be 4D (N, C, H, W), found {input.dim()}D")
+    if weight.dim() != 4:
+        raise ValueError(
+            f"mmcv.ops.{op}: weight must be 4D (C_out, C_in // groups, kh, kw), "
+            f"found {weight.dim()}D"
+        )
+    _check_float(op, input=input, weight=weight)
+    stride_ = _int_pair(op, "stride", stride, 1)
+    padding_ = _int_pair(op, "padding", padding, 0)
+    dilation_ = _int_pair(op, "dilation", dilation, 1)
+    channels = input.size(1)
+    if groups < 1 or weight.size(1) * groups != channels:
+        raise ValueError(
+            f"mmcv.ops.{op}: input has {channels} channels, expected weight.size(1) * groups = "
+            f"{weight.size(1)} * {groups}"
+        )
+    if weight.size(0) % groups:
+        raise ValueError(
+            f"mmcv.ops.{op}: weight.size(0) (output channels) must be divisible by "
+            f"groups={groups}, found {weight.size(0)}"
+        )
+    if deform_groups < 1 or channels % deform_groups:
+        raise ValueError(
+            f"mmcv.ops.{op}: input channels must be divisible by deform_groups={deform_groups}, "
+            f"found {channels}"
+        )
+    out_h, out_w = (
+        (input.size(d + 2) + 2 * padding_[d] - (dilation_[d] * (weight.size(d + 2) - 1) + 1))
+        // stride_[d]
+        + 1
+        for d in range(2)
+    )
+    if out_h < 1 or out_w < 1:
+        raise ValueError(
+            f"mmcv.ops.{op}: convolution input is too small (input {tuple(input.shape[2:])}, "
+            f"output would be {(out_h, out_w)})"
+        )
+    return stride_, padding_, dilation_, (out_h, out_w)
+
+
+def _check_per_point(
+    op: str, name: str, tensor: Tensor, expected: tuple[int, int, int, int], layout: str
+) -> None:
+    """Checks that an offset or mask tensor has the shape the convolution needs."""
+    if tuple(tensor.shape) != expected:
+        raise ValueError(
+            f"mmcv.ops.{op}: {name} must have shape {expected} ({layout}), "
+            f"found {tuple(tensor.shape)}"
+        )
+
+
+def _rename_deform_groups(cls_name: str) -> Callable[[_F], _F]:
+    """Accepts mmcv's deprecated ``deformable_groups=`` for ``deform_groups=``, with a warning."""
+
+    def decorate(init: _F) -> _F:
+        @functools.wraps(init)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if "deformable_groups" in kwargs:
+                if "deform_groups" in kwargs:
+                    raise TypeError(
+                        f"{cls_name}: give deform_groups only (deformable_groups is its "
+                        "deprecated name), not both"
+                    )
+                warnings.warn(
+                    f'"deformable_groups" is deprecated in `{cls_name}`, '
+                    'please use "deform_groups" instead',
+                    DeprecationWarning,
+                    stacklevel=2,
+                )
+                kwargs["deform_groups"] = kwargs.pop("deformable_groups")
+            return init(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+def _load_old_offset_keys(
+    module_name: str, state_dict: dict[str, Any], prefix: str, local_metadata: dict[str, Any]
+) -> None:
+    """Renames a version-1 checkpoint's ``<name>_offset.*`` keys to ``<name>.conv_offset.*``.
+
+    Early checkpoints stored a Pack's offset convolution beside it, as
+    ``layer1.0.conv2_offset.weight`` for the Pack ``layer1.0.conv2``.
+    """
+    version = local_metadata.get("version")
+    if version is None or version < 2:
+        for param in ("weight", "bias"):
+            new_key = f"{prefix}conv_offset.{param}"
+            old_key = f"{prefix[:-1]}_offset.{param}"
+            if new_key not in state_dict and old_key in state_dict:
+                state_dict[new_key] = state_dict.pop(old_key)
+    if version is not None and version > 1:
+        logger.info(f"{module_name} {prefix.rstrip('.')} is upgraded to version 2.")
+
+
+def modulated_deform_conv2d(
+    input: Tensor,
+    offset: Tensor,
+    mask: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: IntPair = 1,
+    padding: IntPair = 0,
+    dilation: IntPair = 1,
+    groups: int = 1,
+    deform_groups: int = 1,
+) -> Tensor:
+    """Modulated deformable 2D convolution (DCNv2).
+
+    ``out[n, o, y, x] = bias[o] + sum over c, i, j of weight[o, c, i, j] *
+    mask[n, g, k, y, x] * bilinear(input[n, c], y * sh - ph + i * dh + dy,
+    x * sw - pw + j * dw + dx)``, with ``k = i * kw + j``, ``g`` the deformable
+    group of channel ``c``, ``(dy, dx) = offset[n, g, 2k : 2k + 2, y, x]`` and
+    zero outside the map. As mmcv's, the output has ``offset``'s dtype:
+    ``input``, ``mask``, ``weight`` and ``bias`` are cast to it (mixed precision).
+
+    Args:
+        input: (N, C_in, H, W) float.
+        offset: (N, deform_groups * 2 * kh * kw, out_h, out_w) float: per group,
+            per kernel point, (dy, dx).
+        mask: (N, deform_groups * kh * kw, out_h, out_w) float: per group, per
+            kernel point, the factor of its sample.
+        weight: (C_out, C_in // groups, kh, kw) float.
+        bias: (C_out,) float, or None.
+        stride: Int or (sh, sw).
+        padding: Int or (ph, pw): zeros added on both sides.
+        dilation: Int or (dh, dw).
+        groups: Blocked connections from input to output channels.
+        deform_groups: Groups of input channels, each with its own offsets and mask.
+
+    Returns:
+        (N, C_out, out_h, out_w), ``offset``'s dtype.
+
+    Raises:
+        TypeError: a tensor is not floating point.
+        ValueError: shapes or parameters that do not fit together.
+    """
+    op = "modulated_deform_conv2d"
+    _check_float(op, offset=offset, mask=mask, bias=bias)
+    stride_, padding_, dilation_, out_size = _conv_geometry(
+        op, input, weight, stride, padding, dilation, groups, deform_groups
+    )
+    points = weight.size(2) * weight.size(3)
+    batch = input.size(0)
+    _check_per_point(
+        op, "offset", offset, (batch, deform_groups * 2 * points, *out_size),
+        "N, deform_groups * 2 * kh * kw, out_h, out_w",
+    )  # fmt: skip
+    _check_per_point(
+        op, "mask", mask, (batch, deform_groups * points, *out_size),
+        "N, deform_groups * kh * kw, out_h, out_w",
+    )  # fmt: skip
+    if bias is not None and tuple(bias.shape) != (weight.size(0),):
+        raise ValueError(
+            f"mmcv.ops.{op}: bias must have shape ({weight.size(0)},), found {tuple(bias.shape)}"
+        )
+    dtype = offset.dtype
+    compute = _compute_dtype(offset)
+    out = torchvision_ops().deform_conv2d(
+        input.to(compute),
+        offset.to(compute),
+        weight.to(compute),
+        None if bias is None else bias.to(compute),
+        stride_,
+        padding_,
+        dilation_,
+        mask.to(compute),
+    )
+    return out.to(dtype)
+
+
+class ModulatedDeformConv2d(nn.Module):
+    """Modulated deformable 2D convolution (DCNv2), with its weight and bias.
+
+    Args:
+        in_channels: Channels of the input.
+        out_channels: Channels of the output.
+        kernel_size: Int or (kh, kw).
+        stride: Int or (sh, sw).
+        padding: Int or (ph, pw).
+        dilation: Int or (dh, dw).
+        groups: Blocked connections from input to output channels.
+        deform_groups: Groups of input channels with their own offsets and mask
+            (``deformable_groups=``, deprecated, is accepted with a warning).
+        bias: Whether to add a learned bias (any truthy value, such as mmcv's
+            ``"auto"``, adds one).
+    """
+
+    @_rename_deform_groups("ModulatedDeformConv2d")
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: IntPair,
+        stride: IntPair = 1,
+        padding: IntPair = 0,
+        dilation: IntPair = 1,
+        groups: int = 1,
+        deform_groups: int = 1,
+        bias: bool | str = True,
+    ) -> None:
+        super().__init__()
+        if groups < 1 or in_channels % groups or out_channels % groups:
+            raise ValueError(
+                f"ModulatedDeformConv2d: in_channels ({in_channels}) and out_channels "
+                f"({out_channels}) must be divisible by groups ({groups})"
+            )
+        self.in_channels = in_channels
+        self.out_channels = out_channels
+        self.kernel_size = _pair(kernel_size)
+        self.stride = _pair(stride)
+        self.padding = _pair(padding)
+        self.dilation = _pair(dilation)
+        self.groups = groups
+        self.deform_groups = deform_groups
+        # nn.Conv2d's attributes, which mmcv's conv builders read.
+        self.transposed = False
+        self.output_padding = _single(0)
+        self.weight = nn.Parameter(
+            torch.empty(out_channels, in_channels // groups, *self.kernel_size)
+        )
+        if bias:
+            self.bias = nn.Parameter(torch.empty(out_channels))
+        else:
+            self.register_parameter("bias", None)
+        self.init_weights()
+
+    def init_weights(self) -> None:
+        """Weight uniform in ``+-1 / sqrt(in_channels * kh * kw)``, bias zero."""
+        bound = 1.0 / math.sqrt(self.in_channels * self.kernel_size[0] * self.kernel_size[1])
+        with torch.no_grad():
+            self.weight.uniform_(-bound, bound)
+            if self.bias is not None:
+                self.bias.zero_()
+
+    def forward(self, x: Tensor, offset: Tensor, mask: Tensor) -> Tensor:
+        """The convolution of ``x`` sampled at ``offset``, weighted by ``mask``.
+
+        Args:
+            x: (N, C_in, H, W).
+            offset: (N, deform_groups * 2 * kh * kw, out_h, out_w), (dy, dx) pairs.
+            mask: (N, deform_groups * kh * kw, out_h, out_w).
+
+        Returns:
+            (N, C_out, out_h, out_w).
+        """
+        return modulated_deform_conv2d(
+            x, offset, mask, self.weight, self.bias, self.stride, self.padding,
+            self.dilation, self.groups, self.deform_groups,
+        )  # fmt: skip
+
+
+class ModulatedDeformConv2dPack(ModulatedDeformConv2d):
+    """DCNv2 that computes its own offsets and mask, a drop-in for ``nn.Conv2d`` (mmcv's "DCNv2").
+
+    ``conv_offset``, an ``nn.Conv2d`` with the same geometry, gives
+    ``3 * deform_groups * kh * kw`` channels, split in three equal chunks
+    ``o1, o2, m``: the offsets are ``cat(o1, o2)`` and the mask ``sigmoid(m)``.
+    It starts at zero (no offsets, mask 0.5). Takes
+    :class:`ModulatedDeformConv2d`'s arguments.
+    """
+
+    _version = 2
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.conv_offset = nn.Conv2d(
+            self.in_channels,
+            self.deform_groups * 3 * self.kernel_size[0] * self.kernel_size[1],
+            kernel_size=self.kernel_size,
+            stride=self.stride,
+            padding=self.padding,
+            dilation=self.dilation,
+            bias=True,
+        )
+        self.init_weights()
+
+    def init_weights(self) -> None:
+        """The parent's initialisation, and ``conv_offset`` at zero."""
+        super().init_weights()
+        # The parent's __init__ calls this before conv_offset exists.
+        if hasattr(self, "conv_offset"):
+            with torch.no_grad():
+                self.conv_offset.weight.zero_()
+                self.conv_offset.bias.zero_()
+
+    def forward(self, x: Tensor) -> Tensor:  # type: ignore[override]
+        """The convolution of ``x`` at the offsets and mask ``conv_offset`` computes.
+
+        Args:
+            x: (N, C_in, H, W).
+
+        Returns:
+            (N, C_out, out_h, out_w).
+        """
+        o1, o2, mask = torch.chunk(self.conv_offset(x), 3, dim=1)
+        offset = torch.cat((o1, o2), dim=1)
+        return modulated_deform_conv2d(
+            x, offset, torch.sigmoid(mask), self.weight, self.bias, self.stride,
+            self.padding, self.dilation, self.groups, self.deform_groups,
+        )  # fmt: skip
+
+    def _load_from_state_dict(
+        self,
+        state_dict: dict[str, Any],
+        prefix: str,
+        local_metadata: dict[str, Any],
+        strict: bool,
+        missing_keys: list[str],
+        unexpected_keys: list[str],
+        error_msgs: list[str],
+    ) -> None:
+        _load_old_offset_keys("ModulatedDeformConvPack", state_dict, prefix, local_metadata)
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )

@@ -1,0 +1,361 @@
+"""mmpar.compat.ops.deform_conv against a per-output-pixel reference of DCNv1."""
+
+from __future__ import annotations
+
+import inspect
+import math
+import warnings
+from collections import OrderedDict
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mmpar.compat.ops.deform_conv import DeformConv2d, DeformConv2dPack, deform_conv2d
+
+pytest.importorskip("torchvision")
+
+DEVICES = [
+    "cpu",
+    pytest.param(
+        "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+    ),
+]
+
+
+def bilinear(img: torch.Tensor, y: float, x: float) -> torch.Tensor:
+    """mmcv's deformable-conv sampling: zero outside (-1, H) x (-1, W), zero-padded corners."""
+    height, width = img.shape
+    if y <= -1 or y >= height or x <= -1 or x >= width:
+        return img.new_zeros(())
+    y0, x0 = math.floor(y), math.floor(x)
+    ly, lx = y - y0, x - x0
+    val = img.new_zeros(())
+    for yy, wy in ((y0, 1 - ly), (y0 + 1, ly)):
+        for xx, wx in ((x0, 1 - lx), (x0 + 1, lx)):
+            if 0 <= yy < height and 0 <= xx < width:
+                val = val + wy * wx * img[yy, xx]
+    return val
+
+
+def reference(inp, offset, weight, stride, padding, dilation, groups, deform_groups):
+    """out[n,o,y,x] = sum_{c,i,j} w[o,c,i,j] * bilinear(in[n,c], y*s-p+i*d+dy, x*s-p+j*d+dx)."""
+    n_img, channels, height, width = inp.shape
+    out_ch, ch_per_group, kh, kw = weight.shape
+    (sh, sw), (ph, pw), (dh, dw) = (stride, stride), (padding, padding), (dilation, dilation)
+    out_h = (height + 2 * ph - (dh * (kh - 1) + 1)) // sh + 1
+    out_w = (width + 2 * pw - (dw * (kw - 1) + 1)) // sw + 1
+    out = inp.new_zeros(n_img, out_ch, out_h, out_w)
+    ch_per_deform = channels // deform_groups
+    out_per_group = out_ch // groups
+    for n in range(n_img):
+        for o in range(out_ch):
+            for y in range(out_h):
+                for x in range(out_w):
+                    acc = inp.new_zeros(())
+                    for cl in range(ch_per_group):
+                        c = (o // out_per_group) * ch_per_group + cl
+                        base = (c // ch_per_deform) * 2 * kh * kw
+                        for i in range(kh):
+                            for j in range(kw):
+                                k = i * kw + j
+                                dy = float(offset[n, base + 2 * k, y, x])
+                                dx = float(offset[n, base + 2 * k + 1, y, x])
+                                sy = y * sh - ph + i * dh + dy
+                                sx = x * sw - pw + j * dw + dx
+                                acc = acc + weight[o, cl, i, j] * bilinear(inp[n, c], sy, sx)
+                    out[n, o, y, x] = acc
+    return out
+
+
+def out_size(size: int, k: int, s: int, p: int, d: int) -> int:
+    return (size + 2 * p - (d * (k - 1) + 1)) // s + 1
+
+
+# (channels, out_channels, kernel, stride, padding, dilation, groups, deform_groups)
+CASES = [
+    (2, 3, 3, 1, 1, 1, 1, 1),
+    (4, 4, 3, 2, 1, 1, 2, 2),
+    (4, 2, (2, 3), 1, 0, 2, 1, 2),
+    (2, 4, 1, 1, 0, 1, 2, 1),
+]
+
+
+def make(case, n_img=2, size=(5, 6), scale=2.0, dtype=torch.float64, device="cpu", seed=0):
+    channels, out_ch, kernel, stride, padding, dilation, groups, dgroups = case
+    kh, kw = (kernel, kernel) if isinstance(kernel, int) else kernel
+    gen = torch.Generator().manual_seed(seed)
+    inp = torch.randn(n_img, channels, *size, generator=gen, dtype=dtype)
+    weight = torch.randn(out_ch, channels // groups, kh, kw, generator=gen, dtype=dtype)
+    oh = out_size(size[0], kh, stride, padding, dilation)
+    ow = out_size(size[1], kw, stride, padding, dilation)
+    # Offsets of a few pixels send many samples outside the map.
+    offset = torch.randn(n_img, dgroups * 2 * kh * kw, oh, ow, generator=gen, dtype=dtype) * scale
+    return inp.to(device), offset.to(device), weight.to(device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", CASES)
+def test_forward_matches_reference(case, device):
+    inp, offset, weight = make(case, device=device)
+    _, _, _, stride, padding, dilation, groups, dgroups = case
+    out = deform_conv2d(inp, offset, weight, stride, padding, dilation, groups, dgroups)
+    expected = reference(
+        inp.cpu(), offset.cpu(), weight.cpu(), stride, padding, dilation, groups, dgroups
+    )
+    assert out.shape == expected.shape and out.dtype == torch.float64
+    torch.testing.assert_close(out.cpu(), expected, rtol=1e-10, atol=1e-10)
+
+
+def test_offsets_are_dy_dx_pairs_per_kernel_point():
+    # One channel, a 1x2 kernel of ones: moving point 1 by dx=+1 reads the next column.
+    inp = torch.arange(12.0, dtype=torch.float64).reshape(1, 1, 3, 4)
+    weight = torch.tensor([[[[0.0, 1.0]]]], dtype=torch.float64)
+    offset = torch.zeros(1, 4, 3, 3, dtype=torch.float64)
+    offset[:, 3] = 1.0  # point 1, dx
+    out = deform_conv2d(inp, offset, weight)
+    expected = F.pad(inp[..., 2:], (0, 1))  # column x + 2; beyond the map: 0
+    torch.testing.assert_close(out, expected)
+    offset.zero_()
+    offset[:, 2] = 0.5  # point 1, dy: half a row down (the last row blends with 0)
+    out = deform_conv2d(inp, offset, weight)
+    below = F.pad(inp[:, :, 1:, 1:], (0, 0, 0, 1))
+    torch.testing.assert_close(out, 0.5 * inp[..., 1:] + 0.5 * below)
+
+
+def test_samples_outside_blend_within_one_pixel():
+    inp = torch.ones(1, 1, 2, 2, dtype=torch.float64)
+    weight = torch.ones(1, 1, 1, 1, dtype=torch.float64)
+    offset = torch.zeros(1, 2, 2, 2, dtype=torch.float64)
+    offset[0, 0, 0, 0] = -0.25  # y = -0.25: 0.75 of row 0
+    offset[0, 1, 1, 1] = 0.5  # x = 1.5: half of column 1
+    offset[0, 0, 0, 1] = -1.0  # y = -1: outside
+    out = deform_conv2d(inp, offset, weight)
+    torch.testing.assert_close(
+        out, torch.tensor([[[[0.75, 0.0], [1.0, 0.5]]]], dtype=torch.float64)
+    )
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gradcheck(device):
+    case = (4, 2, 3, 2, 1, 1, 2, 2)
+    inp, offset, weight = make(case, n_img=1, size=(4, 5), scale=1.5, device=device)
+    tensors = tuple(t.requires_grad_() for t in (inp, offset, weight))
+    assert torch.autograd.gradcheck(
+        lambda i, o, w: deform_conv2d(i, o, w, 2, 1, 1, 2, 2), tensors, fast_mode=True
+    )
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_close_to_float32(device, dtype):
+    inp, offset, weight = make(CASES[1], dtype=torch.float32, device=device, scale=1.0)
+    inp, offset, weight = (t.to(dtype) for t in (inp, offset, weight))
+    out = deform_conv2d(inp, offset, weight, 2, 1, 1, 2, 2)
+    expected = deform_conv2d(inp.float(), offset.float(), weight.float(), 2, 1, 1, 2, 2)
+    assert out.dtype == dtype
+    tol = 2e-2 if dtype == torch.float16 else 8e-2
+    torch.testing.assert_close(out.float(), expected, rtol=tol, atol=tol)
+    inp.requires_grad_()
+    deform_conv2d(inp, offset, weight, 2, 1, 1, 2, 2).sum().backward()
+    assert inp.grad is not None and inp.grad.dtype == dtype
+
+
+def test_mixed_precision_follows_offset_dtype():
+    inp, offset, weight = make(CASES[0], dtype=torch.float32)
+    out = deform_conv2d(inp, offset.half(), weight, 1, 1)
+    assert out.dtype == torch.float16
+    out = deform_conv2d(inp.half(), offset, weight.half(), 1, 1)
+    assert out.dtype == torch.float32
+
+
+def test_empty_batch():
+    inp, offset, weight = make(CASES[0], n_img=0)
+    out = deform_conv2d(inp, offset, weight, 1, 1)
+    assert out.shape == (0, 3, 5, 6)
+
+
+def test_keyword_and_positional_signature():
+    params = list(inspect.signature(deform_conv2d).parameters)
+    assert params == [
+        "input", "offset", "weight", "stride", "padding", "dilation", "groups",
+        "deform_groups", "bias", "im2col_step",
+    ]  # fmt: skip
+    inp, offset, weight = make(CASES[1])
+    a = deform_conv2d(inp, offset, weight, 2, 1, 1, 2, 2, False, 1)
+    b = deform_conv2d(
+        inp, offset, weight, stride=2, padding=1, groups=2, deform_groups=2, im2col_step=7
+    )
+    torch.testing.assert_close(a, b)
+
+
+def test_bad_arguments():
+    inp, offset, weight = make(CASES[0])
+    with pytest.raises(ValueError, match="bias"):
+        deform_conv2d(inp, offset, weight, 1, 1, bias=True)
+    with pytest.raises(ValueError, match="offset"):
+        deform_conv2d(inp, offset[:, :-2], weight, 1, 1)
+    with pytest.raises(ValueError, match="offset"):
+        deform_conv2d(inp, offset[..., :-1], weight, 1, 1)
+    with pytest.raises(ValueError, match="4D"):
+        deform_conv2d(inp[0], offset, weight, 1, 1)
+    with pytest.raises(ValueError, match="groups"):
+        deform_conv2d(inp, offset, weight, 1, 1, groups=2)
+    with pytest.raises(ValueError, match="deform_groups"):
+        deform_conv2d(inp, offset, weight, 1, 1, deform_groups=3)
+    with pytest.raises(ValueError, match="too small"):
+        deform_conv2d(inp[..., :1, :1], offset, weight)
+    with pytest.raises(ValueError, match="stride"):
+        deform_conv2d(inp, offset, weight, 0, 1)
+    with pytest.raises(TypeError, match="offset"):
+        deform_conv2d(inp, offset.long(), weight, 1, 1)
+
+
+def test_module_attributes_init_and_repr():
+    torch.manual_seed(3)
+    layer = DeformConv2d(4, 6, 3, stride=2, padding=1, groups=2, deform_groups=2)
+    torch.manual_seed(3)
+    expected = torch.empty(6, 2, 3, 3)
+    nn.init.kaiming_uniform_(expected, nonlinearity="relu")
+    torch.testing.assert_close(layer.weight.data, expected)
+    assert isinstance(layer.weight, nn.Parameter)
+    assert [name for name, _ in layer.named_parameters()] == ["weight"]
+    assert layer.kernel_size == (3, 3) and layer.stride == (2, 2) and layer.padding == (1, 1)
+    assert layer.dilation == (1, 1) and layer.im2col_step == 32
+    assert layer.transposed is False and layer.output_padding == (0,)
+    assert repr(layer) == (
+        "DeformConv2d(in_channels=4,\nout_channels=6,\nkernel_size=(3, 3),\nstride=(2, 2),\n"
+        "padding=(1, 1),\ndilation=(1, 1),\ngroups=2,\ndeform_groups=2,\nbias=False)"
+    )
+
+
+def test_module_rejects_bias_and_bad_groups():
+    with pytest.raises(ValueError, match="bias"):
+        DeformConv2d(2, 2, 3, bias=True)
+    with pytest.raises(ValueError, match="groups"):
+        DeformConv2d(3, 2, 3, groups=2)
+
+
+def test_deprecated_deformable_groups():
+    with pytest.warns(DeprecationWarning, match="deformable_groups"):
+        layer = DeformConv2dPack(4, 4, 3, deformable_groups=2)
+    assert layer.deform_groups == 2 and layer.conv_offset.out_channels == 36
+    with pytest.raises(TypeError, match="deform_groups"):
+        DeformConv2d(4, 4, 3, deform_groups=2, deformable_groups=2)
+
+
+def test_module_forward_matches_reference():
+    layer = DeformConv2d(4, 4, 3, stride=2, padding=1, groups=2, deform_groups=2).double()
+    inp, offset, _ = make(CASES[1])
+    out = layer(inp, offset)
+    expected = reference(inp, offset, layer.weight.detach(), 2, 1, 1, 2, 2)
+    torch.testing.assert_close(out, expected)
+
+
+def test_module_pads_input_smaller_than_kernel():
+    layer = DeformConv2d(2, 3, 3, padding=1).double()
+    gen = torch.Generator().manual_seed(1)
+    inp = torch.randn(1, 2, 2, 2, generator=gen, dtype=torch.float64)
+    offset = torch.randn(1, 18, 2, 2, generator=gen, dtype=torch.float64)
+    out = layer(inp, offset)
+    expected = reference(inp, offset, layer.weight.detach(), 1, 1, 1, 1, 1)
+    assert out.shape == (1, 3, 2, 2)
+    torch.testing.assert_close(out, expected)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_pack_starts_as_plain_conv(device):
+    layer = DeformConv2dPack(4, 6, 3, stride=2, padding=1, dilation=1, groups=2, deform_groups=2)
+    layer = layer.to(device)
+    assert layer.conv_offset.out_channels == 2 * 2 * 9
+    assert layer.conv_offset.stride == (2, 2) and layer.conv_offset.padding == (1, 1)
+    assert not layer.conv_offset.weight.any() and not layer.conv_offset.bias.any()
+    x = torch.randn(2, 4, 7, 6, device=device, requires_grad=True)
+    out = layer(x)
+    expected = F.conv2d(x, layer.weight, stride=2, padding=1, groups=2)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    out.square().sum().backward()
+    # The offsets learn: their convolution gets a gradient from the start.
+    assert layer.conv_offset.weight.grad is not None and layer.conv_offset.weight.grad.any()
+    assert layer.weight.grad is not None and x.grad is not None
+
+
+class _Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv2 = DeformConv2dPack(2, 2, 3, padding=1)
+
+
+def _old_checkpoint(source: _Net) -> dict[str, torch.Tensor]:
+    """A version-1 checkpoint: the offset conv beside the Pack, no version metadata."""
+    state = source.state_dict()
+    return {
+        "conv2.weight": state["conv2.weight"],
+        "conv2_offset.weight": state["conv2.conv_offset.weight"],
+        "conv2_offset.bias": state["conv2.conv_offset.bias"],
+    }
+
+
+def _randomised_net() -> _Net:
+    net = _Net()
+    with torch.no_grad():
+        net.conv2.conv_offset.weight.normal_()
+        net.conv2.conv_offset.bias.normal_()
+    return net
+
+
+def test_pack_renames_old_offset_keys():
+    source = _randomised_net()
+    state = _old_checkpoint(source)
+    missing: list[str] = []
+    errors: list[str] = []
+    target = _Net()
+    # As mmcv's checkpoint loader: every module sees the whole state dict.
+    for prefix, module in (
+        ("conv2.", target.conv2),
+        ("conv2.conv_offset.", target.conv2.conv_offset),
+    ):
+        module._load_from_state_dict(state, prefix, {}, True, missing, [], errors)
+    assert not missing and not errors
+    assert "conv2.conv_offset.weight" in state and "conv2_offset.weight" not in state
+    for key, value in source.state_dict().items():
+        torch.testing.assert_close(target.state_dict()[key], value)
+
+
+def test_pack_loads_old_checkpoint_with_mmcv_loader():
+    checkpoint = pytest.importorskip("mmcv.runner.checkpoint")
+    source = _randomised_net()
+    target = _Net()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        # mmcv reports the old keys as unexpected at the parent, then the Pack takes them.
+        checkpoint.load_state_dict(target, _old_checkpoint(source), strict=False)
+    for key, value in source.state_dict().items():
+        torch.testing.assert_close(target.state_dict()[key], value)
+
+
+def test_pack_keeps_version_2_keys():
+    source = _Net()
+    state = source.state_dict()
+    assert state._metadata["conv2"]["version"] == 2  # type: ignore[attr-defined]
+    target = _Net()
+    target.load_state_dict(state)
+    # A version-2 checkpoint is not renamed: old-style keys stay unexpected.
+    renamed = OrderedDict(
+        (k.replace("conv2.conv_offset", "conv2_offset"), v) for k, v in state.items()
+    )
+    renamed._metadata = state._metadata  # type: ignore[attr-defined]
+    result = target.load_state_dict(renamed, strict=False)
+    assert set(result.unexpected_keys) == {"conv2_offset.weight", "conv2_offset.bias"}
+    assert set(result.missing_keys) == {"conv2.conv_offset.weight", "conv2.conv_offset.bias"}
+
+
+def test_pack_gradcheck_through_offsets():
+    layer = DeformConv2dPack(2, 2, 3, padding=1).double()
+    with torch.no_grad():
+        layer.conv_offset.weight.normal_(std=0.3)
+    x = torch.randn(1, 2, 4, 4, dtype=torch.float64, requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert torch.autograd.gradcheck(layer, (x,), fast_mode=True)

@@ -1,0 +1,268 @@
+"""mmpar.compat.ops.modulated_deform_conv against a per-output-pixel reference of DCNv2."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mmpar.compat.ops.modulated_deform_conv import (
+    ModulatedDeformConv2d,
+    ModulatedDeformConv2dPack,
+    modulated_deform_conv2d,
+)
+
+pytest.importorskip("torchvision")
+
+DEVICES = [
+    "cpu",
+    pytest.param(
+        "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+    ),
+]
+
+
+def bilinear(img: torch.Tensor, y: float, x: float) -> torch.Tensor:
+    """mmcv's DCN sampling: zero outside (-1, H) x (-1, W), zero-padded corners."""
+    height, width = img.shape
+    if y <= -1 or y >= height or x <= -1 or x >= width:
+        return img.new_zeros(())
+    y0, x0 = math.floor(y), math.floor(x)
+    ly, lx = y - y0, x - x0
+    val = img.new_zeros(())
+    for yy, wy in ((y0, 1 - ly), (y0 + 1, ly)):
+        for xx, wx in ((x0, 1 - lx), (x0 + 1, lx)):
+            if 0 <= yy < height and 0 <= xx < width:
+                val = val + wy * wx * img[yy, xx]
+    return val
+
+
+def reference(inp, offset, mask, weight, bias, stride, padding, dilation, groups, dgroups):
+    """out = bias + sum_{c,i,j} w * mask * bilinear(in, y*s-p+i*d+dy, x*s-p+j*d+dx)."""
+    n_img, channels, height, width = inp.shape
+    out_ch, ch_per_group, kh, kw = weight.shape
+    out_h = (height + 2 * padding - (dilation * (kh - 1) + 1)) // stride + 1
+    out_w = (width + 2 * padding - (dilation * (kw - 1) + 1)) // stride + 1
+    out = inp.new_zeros(n_img, out_ch, out_h, out_w)
+    ch_per_deform = channels // dgroups
+    out_per_group = out_ch // groups
+    for n in range(n_img):
+        for o in range(out_ch):
+            for y in range(out_h):
+                for x in range(out_w):
+                    acc = bias[o].clone() if bias is not None else inp.new_zeros(())
+                    for cl in range(ch_per_group):
+                        c = (o // out_per_group) * ch_per_group + cl
+                        g = c // ch_per_deform
+                        for i in range(kh):
+                            for j in range(kw):
+                                k = i * kw + j
+                                dy = float(offset[n, g * 2 * kh * kw + 2 * k, y, x])
+                                dx = float(offset[n, g * 2 * kh * kw + 2 * k + 1, y, x])
+                                m = mask[n, g * kh * kw + k, y, x]
+                                sy = y * stride - padding + i * dilation + dy
+                                sx = x * stride - padding + j * dilation + dx
+                                acc = acc + weight[o, cl, i, j] * m * bilinear(inp[n, c], sy, sx)
+                    out[n, o, y, x] = acc
+    return out
+
+
+# (channels, out_channels, kernel, stride, padding, dilation, groups, deform_groups)
+CASES = [
+    (2, 3, 3, 1, 1, 1, 1, 1),
+    (4, 4, 3, 2, 1, 1, 2, 2),
+    (4, 2, 2, 1, 0, 2, 1, 2),
+]
+
+
+def make(case, n_img=2, size=(5, 6), scale=2.0, dtype=torch.float64, device="cpu", seed=0):
+    channels, out_ch, k, stride, padding, dilation, groups, dgroups = case
+    gen = torch.Generator().manual_seed(seed)
+    inp = torch.randn(n_img, channels, *size, generator=gen, dtype=dtype)
+    weight = torch.randn(out_ch, channels // groups, k, k, generator=gen, dtype=dtype)
+    bias = torch.randn(out_ch, generator=gen, dtype=dtype)
+    oh, ow = ((s + 2 * padding - (dilation * (k - 1) + 1)) // stride + 1 for s in size)
+    offset = torch.randn(n_img, dgroups * 2 * k * k, oh, ow, generator=gen, dtype=dtype) * scale
+    mask = torch.rand(n_img, dgroups * k * k, oh, ow, generator=gen, dtype=dtype)
+    return tuple(t.to(device) for t in (inp, offset, mask, weight, bias))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_forward_matches_reference(case, with_bias, device):
+    inp, offset, mask, weight, bias = make(case, device=device)
+    bias = bias if with_bias else None
+    geometry = case[3:]
+    out = modulated_deform_conv2d(inp, offset, mask, weight, bias, *geometry)
+    cpu = (t.cpu() if t is not None else None for t in (inp, offset, mask, weight, bias))
+    expected = reference(*cpu, *geometry)
+    torch.testing.assert_close(out.cpu(), expected, rtol=1e-10, atol=1e-10)
+
+
+def test_mask_layout_per_group_and_point():
+    # Two deform groups of one channel, a 1x2 kernel: mask[g * 2 + k] scales point k of group g.
+    inp = torch.arange(24.0, dtype=torch.float64).reshape(1, 2, 3, 4)
+    weight = torch.ones(1, 2, 1, 2, dtype=torch.float64)
+    offset = torch.zeros(1, 2 * 2 * 2, 3, 3, dtype=torch.float64)
+    mask = torch.zeros(1, 4, 3, 3, dtype=torch.float64)
+    mask[:, 3] = 1.0  # group 1 (channel 1), point 1 (column x + 1)
+    out = modulated_deform_conv2d(inp, offset, mask, weight, None, 1, 0, 1, 1, 2)
+    torch.testing.assert_close(out, inp[:, 1:, :, 1:])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gradcheck(device):
+    inp, offset, mask, weight, bias = make(
+        (4, 2, 3, 2, 1, 1, 2, 2), n_img=1, size=(4, 5), scale=1.5, device=device
+    )
+    tensors = tuple(t.requires_grad_() for t in (inp, offset, mask, weight, bias))
+    assert torch.autograd.gradcheck(
+        lambda *t: modulated_deform_conv2d(*t, 2, 1, 1, 2, 2), tensors, fast_mode=True
+    )
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_close_to_float32(device, dtype):
+    tensors = make(CASES[1], dtype=torch.float32, device=device, scale=1.0)
+    low = tuple(t.to(dtype) for t in tensors)
+    out = modulated_deform_conv2d(*low, 2, 1, 1, 2, 2)
+    expected = modulated_deform_conv2d(*(t.float() for t in low), 2, 1, 1, 2, 2)
+    assert out.dtype == dtype
+    tol = 2e-2 if dtype == torch.float16 else 8e-2
+    torch.testing.assert_close(out.float(), expected, rtol=tol, atol=tol)
+    inp = low[0].clone().requires_grad_()
+    modulated_deform_conv2d(inp, *low[1:], 2, 1, 1, 2, 2).sum().backward()
+    assert inp.grad is not None and inp.grad.dtype == dtype
+
+
+def test_mixed_precision_follows_offset_dtype():
+    inp, offset, mask, weight, bias = make(CASES[0], dtype=torch.float32)
+    out = modulated_deform_conv2d(inp, offset.half(), mask, weight, bias, 1, 1)
+    assert out.dtype == torch.float16
+
+
+def test_bad_arguments():
+    inp, offset, mask, weight, bias = make(CASES[0])
+    with pytest.raises(ValueError, match="mask"):
+        modulated_deform_conv2d(inp, offset, mask[:, :-1], weight, bias, 1, 1)
+    with pytest.raises(ValueError, match="offset"):
+        modulated_deform_conv2d(inp, offset[:, :-1], mask, weight, bias, 1, 1)
+    with pytest.raises(ValueError, match="bias"):
+        modulated_deform_conv2d(inp, offset, mask, weight, bias[:-1], 1, 1)
+    with pytest.raises(TypeError, match="mask"):
+        modulated_deform_conv2d(inp, offset, mask.bool(), weight, bias, 1, 1)
+
+
+def test_module_init_and_forward():
+    torch.manual_seed(5)
+    layer = ModulatedDeformConv2d(4, 4, 3, stride=2, padding=1, groups=2, deform_groups=2)
+    torch.manual_seed(5)
+    bound = 1 / math.sqrt(4 * 3 * 3)  # in_channels * kh * kw, groups ignored (as mmcv)
+    expected = torch.empty(4, 2, 3, 3).uniform_(-bound, bound)
+    torch.testing.assert_close(layer.weight.data, expected)
+    assert layer.bias is not None and not layer.bias.any()
+    assert layer.transposed is False and layer.output_padding == (0,)
+    layer = layer.double()
+    inp, offset, mask, _, _ = make(CASES[1])
+    with torch.no_grad():
+        layer.bias.normal_()
+    out = layer(inp, offset, mask)
+    expected = reference(
+        inp, offset, mask, layer.weight.detach(), layer.bias.detach(), 2, 1, 1, 2, 2
+    )
+    torch.testing.assert_close(out, expected)
+
+
+def test_module_bias_options():
+    assert ModulatedDeformConv2d(2, 2, 3, bias=False).bias is None
+    assert ModulatedDeformConv2d(2, 2, 3, bias="auto").bias is not None  # truthy, as mmcv
+    with pytest.warns(DeprecationWarning, match="deformable_groups"):
+        layer = ModulatedDeformConv2d(4, 2, 3, deformable_groups=2)
+    assert layer.deform_groups == 2
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_pack_starts_as_half_a_plain_conv(device):
+    layer = ModulatedDeformConv2dPack(4, 6, 3, stride=2, padding=1, groups=2, deform_groups=2)
+    layer = layer.to(device)
+    assert layer.conv_offset.out_channels == 3 * 2 * 9
+    assert not layer.conv_offset.weight.any() and not layer.conv_offset.bias.any()
+    with torch.no_grad():
+        layer.bias.normal_()
+    x = torch.randn(2, 4, 7, 6, device=device, requires_grad=True)
+    out = layer(x)
+    # Zero offsets and a mask of sigmoid(0) = 0.5.
+    conv = F.conv2d(x, layer.weight, stride=2, padding=1, groups=2)
+    expected = 0.5 * conv + layer.bias[:, None, None]
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    out.square().sum().backward()
+    assert layer.conv_offset.weight.grad is not None and layer.conv_offset.weight.grad.any()
+
+
+def test_pack_splits_offsets_and_mask_as_mmcv():
+    # conv_offset's channels: chunk 3 ways (o1, o2, m); offset = cat(o1, o2), mask = sigmoid(m).
+    layer = ModulatedDeformConv2dPack(4, 2, 3, padding=1, deform_groups=2).double()
+    per_chunk = 2 * 9
+    values = torch.randn(3 * per_chunk, dtype=torch.float64)
+    with torch.no_grad():
+        layer.conv_offset.bias.copy_(values)
+    x = torch.randn(1, 4, 4, 5, dtype=torch.float64)
+    offset = values[: 2 * per_chunk, None, None].expand(1, -1, 4, 5)
+    mask = torch.sigmoid(values[2 * per_chunk :, None, None]).expand(1, -1, 4, 5)
+    expected = reference(x, offset, mask, layer.weight.detach(), layer.bias.detach(), 1, 1, 1, 1, 2)
+    torch.testing.assert_close(layer(x), expected)
+
+
+def test_pack_init_draws_as_mmcv():
+    # mmcv initialises the weight twice (before and after conv_offset exists).
+    torch.manual_seed(7)
+    layer = ModulatedDeformConv2dPack(2, 2, 3)
+    torch.manual_seed(7)
+    bound = 1 / math.sqrt(2 * 9)
+    torch.empty(2, 2, 3, 3).uniform_(-bound, bound)
+    nn.Conv2d(2, 27, 3)
+    expected = torch.empty(2, 2, 3, 3).uniform_(-bound, bound)
+    torch.testing.assert_close(layer.weight.data, expected)
+
+
+class _Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.dcn = ModulatedDeformConv2dPack(2, 2, 3, padding=1)
+
+
+def test_pack_loads_old_offset_keys_with_mmcv_loader():
+    checkpoint = pytest.importorskip("mmcv.runner.checkpoint")
+    source = _Net()
+    with torch.no_grad():
+        source.dcn.conv_offset.weight.normal_()
+        source.dcn.conv_offset.bias.normal_()
+    state = source.state_dict()
+    old = {
+        "dcn.weight": state["dcn.weight"],
+        "dcn.bias": state["dcn.bias"],
+        "dcn_offset.weight": state["dcn.conv_offset.weight"],
+        "dcn_offset.bias": state["dcn.conv_offset.bias"],
+    }
+    target = _Net()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        checkpoint.load_state_dict(target, old, strict=False)
+    for key, value in state.items():
+        torch.testing.assert_close(target.state_dict()[key], value)
+
+
+def test_pack_state_dict_round_trip():
+    source = _Net()
+    state = source.state_dict()
+    assert state._metadata["dcn"]["version"] == 2  # type: ignore[attr-defined]
+    target = _Net()
+    target.load_state_dict(state)
+    for key, value in state.items():
+        torch.testing.assert_close(target.state_dict()[key], value)
