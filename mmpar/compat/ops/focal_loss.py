@@ -1,0 +1,260 @@
+"""Sigmoid and softmax focal losses (``mmcv.ops.focal_loss``), in plain torch.
+
+The focal loss of `Lin et al. <https://arxiv.org/abs/1708.02002>`_ as mmcv-full's
+kernels define it, written with ``logsigmoid`` / ``log_softmax`` so that it is
+stable for any logit, and differentiated by autograd (the gradients equal the
+closed forms of mmcv's backward kernels).
+
+* Sigmoid: ``target`` holds class indices; a row whose target is not in
+  ``[0, num_classes)`` (mmdet uses ``num_classes`` for background) is negative
+  for every class. ``weight`` is per class and indexed by the row's target.
+* Softmax: a row whose target is negative is ignored (loss 0).
+* ``reduction='mean'`` divides the sum by ``N``, the number of rows (not by
+  ``N * C``); ``'none'`` gives ``(N, C)`` for the sigmoid loss and ``(N,)`` for
+  the softmax loss.
+
+float16 / bfloat16 inputs are computed in float32 and returned in their dtype.
+Where mmcv's kernels clamp ``log(p)`` at ``log(FLT_MIN)`` (probabilities that
+round to 0 or 1 in the input's precision: float32 logits beyond about -87 for
+the true class, or above about 17 for a sigmoid negative), these losses give the
+exact value instead.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = [
+    "SigmoidFocalLoss",
+    "SigmoidFocalLossFunction",
+    "SoftmaxFocalLoss",
+    "SoftmaxFocalLossFunction",
+    "sigmoid_focal_loss",
+    "softmax_focal_loss",
+]
+
+_REDUCTIONS = ("none", "mean", "sum")
+
+
+def _check_args(
+    op: str, input: Tensor, target: Tensor, weight: Optional[Tensor], reduction: str
+) -> None:
+    if not isinstance(input, Tensor) or not input.is_floating_point():
+        found = input.dtype if isinstance(input, Tensor) else type(input).__name__
+        raise TypeError(f"{op}: input must be a floating-point tensor, got {found}")
+    if input.dim() != 2:
+        raise ValueError(f"{op}: input must be (N, C), got shape {tuple(input.shape)}")
+    if not isinstance(target, Tensor) or target.is_floating_point() or target.is_complex():
+        found = target.dtype if isinstance(target, Tensor) else type(target).__name__
+        raise TypeError(f"{op}: target must be an integer (long) tensor, got {found}")
+    if target.dim() != 1 or target.size(0) != input.size(0):
+        raise ValueError(
+            f"{op}: target must be (N,) with N = input.size(0) = {input.size(0)}, "
+            f"got shape {tuple(target.shape)}"
+        )
+    if weight is not None and (weight.dim() != 1 or weight.size(0) != input.size(1)):
+        raise ValueError(
+            f"{op}: weight must be (C,) with C = input.size(1) = {input.size(1)}, "
+            f"got shape {tuple(weight.shape)}"
+        )
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"{op}: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
+
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def _check_targets_below(op: str, target: Tensor, num_classes: int, why: str) -> None:
+    # A host sync: only on the paths where mmcv's kernel would read out of bounds.
+    if target.numel() and bool((target >= num_classes).any()):
+        raise ValueError(
+            f"{op}: target must be below num_classes = {num_classes} {why}, "
+            f"got max {int(target.max())}"
+        )
+
+
+def _reduce(loss: Tensor, reduction: str, num_rows: int) -> Tensor:
+    if reduction == "mean":
+        return loss.sum() / num_rows
+    if reduction == "sum":
+        return loss.sum()
+    return loss
+
+
+def sigmoid_focal_loss(
+    input: Tensor,
+    target: Tensor,
+    gamma: float = 2.0,
+    alpha: float = 0.25,
+    weight: Optional[Tensor] = None,
+    reduction: str = "mean",
+) -> Tensor:
+    """Sigmoid focal loss, one binary problem per class.
+
+    With ``p = sigmoid(x)``, an element is positive when ``target[n] == c``:
+    ``-alpha * (1 - p)**gamma * log(p)``; otherwise negative:
+    ``-(1 - alpha) * p**gamma * log(1 - p)``; times ``weight[target[n]]`` if given.
+
+    Args:
+        input: (N, C) float, the logits.
+        target: (N,) long, class indices; a value outside ``[0, C)`` (mmdet's
+            background, ``C``) makes the row negative for every class.
+        gamma: The focusing exponent.
+        alpha: The weight of positives (negatives get ``1 - alpha``).
+        weight: (C,) float, per-class weights indexed by ``target`` (then every
+            target must be in ``[0, C)``), or ``None``.
+        reduction: ``"none"`` ((N, C)), ``"mean"`` (sum / N) or ``"sum"``.
+
+    Returns:
+        The loss, in ``input``'s dtype.
+
+    Raises:
+        TypeError: ``input`` not floating point, or ``target`` not integer.
+        ValueError: shapes that do not match, an unknown ``reduction``, or a
+            target outside ``[0, C)`` together with ``weight``.
+    """
+    op = "sigmoid_focal_loss"
+    _check_args(op, input, target, weight, reduction)
+    num_classes = input.size(1)
+    x = input.to(_compute_dtype(input.dtype))
+    target = target.long()
+    positive = target.unsqueeze(1) == torch.arange(num_classes, device=target.device)
+    # With z = x for positives and -x for negatives, sigmoid(z) is the probability of
+    # the element's own label, and both cases become -a * (1 - pt)**gamma * log(pt).
+    z = torch.where(positive, x, -x)
+    log_pt = F.logsigmoid(z)
+    # (1 - pt)**gamma as exp(gamma * log(1 - pt)): finite gradients for gamma < 1 too.
+    modulator = torch.exp(float(gamma) * F.logsigmoid(-z))
+    balance = torch.where(positive, float(alpha), 1.0 - float(alpha)).to(x.dtype)
+    loss = -balance * modulator * log_pt
+    if weight is not None:
+        _check_targets_below(op, target, num_classes, "when weight is given")
+        loss = loss * weight.to(device=x.device, dtype=x.dtype)[target].unsqueeze(1)
+    return _reduce(loss, reduction, input.size(0)).to(input.dtype)
+
+
+def softmax_focal_loss(
+    input: Tensor,
+    target: Tensor,
+    gamma: float = 2.0,
+    alpha: float = 0.25,
+    weight: Optional[Tensor] = None,
+    reduction: str = "mean",
+) -> Tensor:
+    """Softmax focal loss over the classes of each row.
+
+    With ``p = softmax(x)[n, target[n]]``, row ``n`` costs
+    ``-alpha * (1 - p)**gamma * log(p)``, times ``weight[target[n]]`` if given.
+
+    Args:
+        input: (N, C) float, the logits.
+        target: (N,) long, class indices in ``[0, C)``; a negative index
+            ignores the row (loss and gradient 0).
+        gamma: The focusing exponent.
+        alpha: The factor of every row's loss.
+        weight: (C,) float, per-class weights indexed by ``target``, or ``None``.
+        reduction: ``"none"`` ((N,)), ``"mean"`` (sum / N) or ``"sum"``.
+
+    Returns:
+        The loss, in ``input``'s dtype.
+
+    Raises:
+        TypeError: ``input`` not floating point, or ``target`` not integer.
+        ValueError: shapes that do not match, an unknown ``reduction``, or a
+            target ``>= C``.
+    """
+    op = "softmax_focal_loss"
+    _check_args(op, input, target, weight, reduction)
+    num_classes = input.size(1)
+    target = target.long()
+    _check_targets_below(op, target, num_classes, "(negative targets are ignored)")
+    x = input.to(_compute_dtype(input.dtype))
+    valid = target >= 0
+    index = target.clamp(min=0)
+    log_pt = F.log_softmax(x, dim=1).gather(1, index.unsqueeze(1)).squeeze(1)
+    one_minus_pt = -torch.expm1(log_pt)
+    # pow's gradient at 0 is infinite for gamma < 1; the loss's is 0 there (pt = 1).
+    nonzero = one_minus_pt > 0
+    safe = torch.where(nonzero, one_minus_pt, torch.ones_like(one_minus_pt))
+    modulator = torch.where(nonzero, safe.pow(float(gamma)), torch.zeros_like(safe))
+    loss = -float(alpha) * modulator * log_pt
+    if weight is not None:
+        loss = loss * weight.to(device=x.device, dtype=x.dtype)[index]
+    loss = torch.where(valid, loss, torch.zeros_like(loss))
+    return _reduce(loss, reduction, input.size(0)).to(input.dtype)
+
+
+class SigmoidFocalLossFunction:
+    """mmcv's autograd Function's name: ``apply`` is :func:`sigmoid_focal_loss`."""
+
+    apply = staticmethod(sigmoid_focal_loss)
+
+
+class SoftmaxFocalLossFunction:
+    """mmcv's autograd Function's name: ``apply`` is :func:`softmax_focal_loss`."""
+
+    apply = staticmethod(softmax_focal_loss)
+
+
+class _FocalLoss(nn.Module):
+    def __init__(
+        self,
+        gamma: float,
+        alpha: float,
+        weight: Optional[Tensor] = None,
+        reduction: str = "mean",
+    ) -> None:
+        super().__init__()
+        if reduction not in _REDUCTIONS:
+            raise ValueError(
+                f"{type(self).__name__}: reduction must be one of {_REDUCTIONS}, got {reduction!r}"
+            )
+        self.gamma = gamma
+        self.alpha = alpha
+        self.register_buffer("weight", weight)
+        self.reduction = reduction
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(gamma={self.gamma}, alpha={self.alpha}, "
+            f"reduction={self.reduction})"
+        )
+
+
+class SigmoidFocalLoss(_FocalLoss):
+    """:func:`sigmoid_focal_loss` as a module; ``weight`` is a buffer.
+
+    Args:
+        gamma: The focusing exponent.
+        alpha: The weight of positives.
+        weight: (C,) float, per-class weights, or ``None``.
+        reduction: ``"none"``, ``"mean"`` or ``"sum"``.
+    """
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        """The loss of ``input`` (N, C) logits against ``target`` (N,) class indices."""
+        return sigmoid_focal_loss(
+            input, target, self.gamma, self.alpha, self.weight, self.reduction
+        )
+
+
+class SoftmaxFocalLoss(_FocalLoss):
+    """:func:`softmax_focal_loss` as a module; ``weight`` is a buffer.
+
+    Args:
+        gamma: The focusing exponent.
+        alpha: The factor of every row's loss.
+        weight: (C,) float, per-class weights, or ``None``.
+        reduction: ``"none"``, ``"mean"`` or ``"sum"``.
+    """
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        """The loss of ``input`` (N, C) logits against ``target`` (N,) class indices."""
+        return softmax_focal_loss(
+            input, target, self.gamma, self.alpha, self.weight, self.reduction
+        )

@@ -1,0 +1,295 @@
+"""mmpar.compat.ops.focal_loss against the formulas of mmcv-full's focal-loss kernels."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from mmpar.compat.ops.focal_loss import (
+    SigmoidFocalLoss,
+    SigmoidFocalLossFunction,
+    SoftmaxFocalLoss,
+    SoftmaxFocalLossFunction,
+    sigmoid_focal_loss,
+    softmax_focal_loss,
+)
+
+DEVICES = [
+    "cpu",
+    pytest.param(
+        "cuda",
+        marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+    ),
+]
+
+
+# ----------------------------------------------------------------- references (kernel formulas)
+
+
+def _sigmoid(v: float) -> float:
+    return 1.0 / (1.0 + math.exp(-v))
+
+
+def ref_sigmoid(x, target, gamma, alpha, weight=None):
+    """Element loss and closed-form gradient (mmcv's forward / backward kernels), as lists."""
+    n_rows, n_cls = x.shape
+    loss = [[0.0] * n_cls for _ in range(n_rows)]
+    grad = [[0.0] * n_cls for _ in range(n_rows)]
+    for n in range(n_rows):
+        t = int(target[n])
+        for c in range(n_cls):
+            p = _sigmoid(float(x[n, c]))
+            if t == c:
+                value = -alpha * (1 - p) ** gamma * math.log(p)
+                slope = -alpha * (1 - p) ** gamma * (1 - p - gamma * p * math.log(p))
+            else:
+                value = -(1 - alpha) * p**gamma * math.log(1 - p)
+                slope = -(1 - alpha) * p**gamma * (gamma * (1 - p) * math.log(1 - p) - p)
+            w = float(weight[t]) if weight is not None else 1.0
+            loss[n][c], grad[n][c] = value * w, slope * w
+    return torch.tensor(loss, dtype=torch.float64), torch.tensor(grad, dtype=torch.float64)
+
+
+def ref_softmax(x, target, gamma, alpha, weight=None):
+    """Row loss and closed-form gradient (mmcv's forward / two backward kernels)."""
+    n_rows, n_cls = x.shape
+    loss = [0.0] * n_rows
+    grad = [[0.0] * n_cls for _ in range(n_rows)]
+    for n in range(n_rows):
+        t = int(target[n])
+        if t < 0:
+            continue
+        row = [float(v) for v in x[n]]
+        top = max(row)
+        exps = [math.exp(v - top) for v in row]
+        soft = [e / sum(exps) for e in exps]
+        p = soft[t]
+        w = float(weight[t]) if weight is not None else 1.0
+        loss[n] = -alpha * (1 - p) ** gamma * math.log(p) * w
+        buff = alpha * (-((1 - p) ** gamma) + gamma * (1 - p) ** (gamma - 1) * p * math.log(p))
+        for c in range(n_cls):
+            grad[n][c] = buff * w * ((1.0 if c == t else 0.0) - soft[c])
+    return torch.tensor(loss, dtype=torch.float64), torch.tensor(grad, dtype=torch.float64)
+
+
+def _inputs(n=6, c=4, seed=0, device="cpu", dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randn(n, c, generator=g, dtype=torch.float64) * 2).to(device, dtype)
+    return x
+
+
+# ------------------------------------------------------------------------------ sigmoid
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("gamma,alpha", [(2.0, 0.25), (0.0, 0.5), (0.5, 0.75), (1.5, 0.25)])
+def test_sigmoid_matches_kernel_formulas(device, gamma, alpha):
+    x = _inputs(device=device).requires_grad_()
+    # class indices, the background index C, and another out-of-range value
+    target = torch.tensor([0, 3, 4, 1, -1, 2], device=device)
+    loss = sigmoid_focal_loss(x, target, gamma, alpha, None, "none")
+    ref_loss, ref_grad = ref_sigmoid(x.detach().cpu(), target.cpu(), gamma, alpha)
+    assert loss.shape == (6, 4)
+    torch.testing.assert_close(loss.detach().cpu(), ref_loss)
+    loss.sum().backward()
+    torch.testing.assert_close(x.grad.cpu(), ref_grad)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_sigmoid_weight_and_reductions(device):
+    x = _inputs(device=device).requires_grad_()
+    target = torch.tensor([0, 3, 3, 1, 2, 2], device=device)
+    weight = torch.tensor([0.5, 2.0, 1.0, 3.0], device=device, dtype=torch.float64)
+    ref_loss, ref_grad = ref_sigmoid(x.detach().cpu(), target.cpu(), 2.0, 0.25, weight.cpu())
+    torch.testing.assert_close(
+        sigmoid_focal_loss(x, target, 2.0, 0.25, weight, "none").detach().cpu(), ref_loss
+    )
+    total = sigmoid_focal_loss(x, target, 2.0, 0.25, weight, "sum")
+    torch.testing.assert_close(total.detach().cpu(), ref_loss.sum())
+    mean = sigmoid_focal_loss(x, target, 2.0, 0.25, weight, "mean")
+    # mmcv's 'mean' divides by N, the rows, not by N * C
+    torch.testing.assert_close(mean.detach().cpu(), ref_loss.sum() / 6)
+    mean.backward()
+    torch.testing.assert_close(x.grad.cpu(), ref_grad / 6)
+
+
+def test_sigmoid_defaults_and_positional_call_of_mmdet():
+    x, target = _inputs(), torch.tensor([0, 4, 1, 2, 3, 4])
+    by_default = sigmoid_focal_loss(x, target)
+    ref_loss, _ = ref_sigmoid(x, target, 2.0, 0.25)
+    torch.testing.assert_close(by_default, ref_loss.sum() / 6)
+    # mmdet: _sigmoid_focal_loss(pred.contiguous(), target.contiguous(), gamma, alpha, None, 'none')
+    torch.testing.assert_close(
+        SigmoidFocalLossFunction.apply(x, target, 2.0, 0.25, None, "none"), ref_loss
+    )
+
+
+def test_sigmoid_gradcheck():
+    x = _inputs(n=3, c=3).requires_grad_()
+    target = torch.tensor([0, 3, 2])
+    weight = torch.tensor([1.0, 2.0, 0.5], dtype=torch.float64)
+    for gamma in (2.0, 0.5):
+        assert torch.autograd.gradcheck(
+            lambda v, g=gamma: sigmoid_focal_loss(v, target, g, 0.25, None, "none"), (x,)
+        )
+    assert torch.autograd.gradcheck(
+        lambda v: sigmoid_focal_loss(v, torch.tensor([0, 1, 2]), 2.0, 0.25, weight, "mean"), (x,)
+    )
+
+
+def test_sigmoid_extreme_logits_are_exact_and_finite():
+    x = torch.tensor([[-200.0, 40.0, 0.0], [200.0, -40.0, 30.0]], requires_grad=True)
+    target = torch.tensor([0, 2])
+    for gamma in (2.0, 0.5, 0.0):
+        loss = sigmoid_focal_loss(x, target, gamma, 0.25, None, "none")
+        # a positive at -200: -alpha * log(sigmoid(-200)) = alpha * 200 (mmcv clamps at 87.3)
+        torch.testing.assert_close(loss[0, 0], torch.tensor(0.25 * 200.0))
+        # a negative at 40: -(1 - alpha) * log(1 - sigmoid(40)) = 0.75 * 40
+        torch.testing.assert_close(loss[0, 1], torch.tensor(0.75 * 40.0))
+        (grad,) = torch.autograd.grad(loss.sum(), x)
+        assert torch.isfinite(grad).all()
+        # the kernel's closed form at saturation: -alpha for a positive, 1 - alpha for a negative
+        torch.testing.assert_close(grad[0, 0], torch.tensor(-0.25))
+        torch.testing.assert_close(grad[0, 1], torch.tensor(0.75))
+        torch.testing.assert_close(grad[1, 2], torch.tensor(0.0))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_sigmoid_half_precision(device, dtype):
+    x32 = _inputs(n=8, c=5, device=device, dtype=torch.float32)
+    target = torch.tensor([0, 5, 4, 1, 2, 3, 5, 0], device=device)
+    x = x32.to(dtype).requires_grad_()
+    loss = sigmoid_focal_loss(x, target, 2.0, 0.25, None, "none")
+    assert loss.dtype == dtype
+    ref = sigmoid_focal_loss(x.detach().float(), target, 2.0, 0.25, None, "none")
+    torch.testing.assert_close(loss.float(), ref, rtol=2e-2, atol=2e-3)
+    loss.sum().backward()
+    assert x.grad.dtype == dtype and torch.isfinite(x.grad.float()).all()
+
+
+def test_sigmoid_empty():
+    x = torch.zeros(0, 4, requires_grad=True)
+    target = torch.zeros(0, dtype=torch.long)
+    assert sigmoid_focal_loss(x, target, 2.0, 0.25, None, "none").shape == (0, 4)
+    assert sigmoid_focal_loss(x, target, 2.0, 0.25, None, "sum").item() == 0
+    assert math.isnan(sigmoid_focal_loss(x, target).item())  # mmcv: sum / 0
+
+
+# ------------------------------------------------------------------------------ softmax
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("gamma,alpha", [(2.0, 0.25), (0.0, 1.0), (1.5, 0.5)])
+def test_softmax_matches_kernel_formulas(device, gamma, alpha):
+    x = _inputs(device=device).requires_grad_()
+    target = torch.tensor([0, 3, -1, 1, 2, 2], device=device)  # -1: ignored
+    loss = softmax_focal_loss(x, target, gamma, alpha, None, "none")
+    ref_loss, ref_grad = ref_softmax(x.detach().cpu(), target.cpu(), gamma, alpha)
+    assert loss.shape == (6,)
+    torch.testing.assert_close(loss.detach().cpu(), ref_loss)
+    loss.sum().backward()
+    torch.testing.assert_close(x.grad.cpu(), ref_grad)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_softmax_weight_and_reductions(device):
+    x = _inputs(device=device).requires_grad_()
+    target = torch.tensor([0, 3, 3, -1, 2, 1], device=device)
+    weight = torch.tensor([0.5, 2.0, 1.0, 3.0], device=device, dtype=torch.float64)
+    ref_loss, ref_grad = ref_softmax(x.detach().cpu(), target.cpu(), 2.0, 0.25, weight.cpu())
+    torch.testing.assert_close(
+        softmax_focal_loss(x, target, 2.0, 0.25, weight, "none").detach().cpu(), ref_loss
+    )
+    torch.testing.assert_close(
+        softmax_focal_loss(x, target, 2.0, 0.25, weight, "sum").detach().cpu(), ref_loss.sum()
+    )
+    mean = SoftmaxFocalLossFunction.apply(x, target, 2.0, 0.25, weight, "mean")
+    torch.testing.assert_close(mean.detach().cpu(), ref_loss.sum() / 6)  # ignored rows count
+    mean.backward()
+    torch.testing.assert_close(x.grad.cpu(), ref_grad / 6)
+
+
+def test_softmax_gradcheck_and_saturation():
+    x = _inputs(n=3, c=4).requires_grad_()
+    target = torch.tensor([1, -1, 3])
+    for gamma in (2.0, 0.5):
+        assert torch.autograd.gradcheck(
+            lambda v, g=gamma: softmax_focal_loss(v, target, g, 0.25, None, "none"), (x,)
+        )
+    # p == 1 exactly: loss 0 and gradient 0 also for gamma < 1 (mmcv's kernel gives NaN there)
+    sure = torch.tensor([[100.0, 0.0, 0.0], [0.0, 300.0, 0.0]], requires_grad=True)
+    loss = softmax_focal_loss(sure, torch.tensor([0, 1]), 0.5, 0.25, None, "sum")
+    (grad,) = torch.autograd.grad(loss, sure)
+    assert loss.item() == 0 and torch.equal(grad, torch.zeros_like(grad))
+    # p underflows: the exact -alpha * log(p) (mmcv clamps log(p) at log(FLT_MIN) = -87.3)
+    far = torch.tensor([[-200.0, 0.0]])
+    torch.testing.assert_close(
+        softmax_focal_loss(far, torch.tensor([0]), 2.0, 0.25, None, "none"),
+        torch.tensor([0.25 * 200.0]),
+    )
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_softmax_half_precision(device, dtype):
+    x = _inputs(n=8, c=5, device=device, dtype=dtype).requires_grad_()
+    target = torch.tensor([0, 4, 4, 1, -1, 3, 2, 0], device=device)
+    loss = softmax_focal_loss(x, target, 2.0, 0.25, None, "none")
+    assert loss.dtype == dtype
+    ref = softmax_focal_loss(x.detach().float(), target, 2.0, 0.25, None, "none")
+    torch.testing.assert_close(loss.float(), ref, rtol=2e-2, atol=2e-3)
+    loss.sum().backward()
+    assert x.grad.dtype == dtype
+
+
+def test_softmax_empty():
+    x = torch.zeros(0, 3)
+    target = torch.zeros(0, dtype=torch.long)
+    assert softmax_focal_loss(x, target, 2.0, 0.25, None, "none").shape == (0,)
+    assert softmax_focal_loss(x, target, 2.0, 0.25, None, "sum").item() == 0
+
+
+# ------------------------------------------------------------------------------ errors, modules
+
+
+@pytest.mark.parametrize("fn", [sigmoid_focal_loss, softmax_focal_loss])
+def test_bad_inputs(fn):
+    x, target = torch.zeros(2, 3), torch.tensor([0, 1])
+    with pytest.raises(TypeError, match="target must be an integer"):
+        fn(x, target.float())
+    with pytest.raises(TypeError, match="input must be a floating-point"):
+        fn(x.long(), target)
+    with pytest.raises(ValueError, match=r"input must be \(N, C\)"):
+        fn(torch.zeros(2, 3, 1), target)
+    with pytest.raises(ValueError, match=r"target must be \(N,\)"):
+        fn(x, torch.tensor([0, 1, 2]))
+    with pytest.raises(ValueError, match=r"weight must be \(C,\)"):
+        fn(x, target, 2.0, 0.25, torch.ones(2))
+    with pytest.raises(ValueError, match="reduction must be one of"):
+        fn(x, target, 2.0, 0.25, None, "avg")
+
+
+def test_targets_that_index_out_of_the_weights():
+    x = torch.zeros(2, 3)
+    with pytest.raises(ValueError, match="target must be below num_classes = 3 when weight"):
+        sigmoid_focal_loss(x, torch.tensor([0, 3]), 2.0, 0.25, torch.ones(3))
+    with pytest.raises(ValueError, match="target must be below num_classes = 3"):
+        softmax_focal_loss(x, torch.tensor([0, 3]))
+
+
+def test_modules():
+    weight = torch.tensor([1.0, 2.0, 3.0])
+    sig = SigmoidFocalLoss(2.0, 0.25, weight, "sum")
+    assert repr(sig) == "SigmoidFocalLoss(gamma=2.0, alpha=0.25, reduction=sum)"
+    assert repr(SoftmaxFocalLoss(1, 0.5)) == "SoftmaxFocalLoss(gamma=1, alpha=0.5, reduction=mean)"
+    assert torch.equal(sig.state_dict()["weight"], weight)
+    assert "weight" not in SoftmaxFocalLoss(2.0, 0.25).state_dict()
+    x, target = _inputs(n=4, c=3).float(), torch.tensor([0, 2, 1, 1])
+    torch.testing.assert_close(
+        sig(x, target), sigmoid_focal_loss(x, target, 2.0, 0.25, weight, "sum")
+    )
+    soft = SoftmaxFocalLoss(2.0, 0.25, weight)
+    torch.testing.assert_close(soft(x, target), softmax_focal_loss(x, target, 2.0, 0.25, weight))
