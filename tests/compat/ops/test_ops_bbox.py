@@ -143,3 +143,18 @@ def test_bad_input() -> None:
         bbox_overlaps(b.long(), b)
     with pytest.raises(TypeError, match="same dtype, got torch.float32 and torch.float64"):
         bbox_overlaps(b, b.double())
+
+
+def test_signature_matches_mmcv() -> None:
+    import ast
+    import inspect
+    from pathlib import Path
+
+    mmcv = pytest.importorskip("mmcv")
+    tree = ast.parse((Path(mmcv.__file__).parent / "ops" / "bbox.py").read_text())
+    (func,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "bbox_overlaps"]
+    defaults = [ast.literal_eval(d) for d in func.args.defaults]
+    theirs = [a.arg for a in func.args.args], defaults
+    params = list(inspect.signature(bbox_overlaps).parameters.values())
+    ours = [p.name for p in params], [p.default for p in params if p.default is not p.empty]
+    assert ours == theirs

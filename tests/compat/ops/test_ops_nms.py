@@ -555,6 +555,8 @@ def test_batched_nms_deprecated_key_and_refusals() -> None:
         batched_nms(boxes, scores, idxs, dict(type="hard_nms", iou_threshold=0.5))
     with pytest.raises(ValueError, match=r"idxs must have shape \(N,\) = \(20,\), got \(19,\)"):
         batched_nms(boxes, scores, idxs[:19], dict(iou_threshold=0.5))
+    with pytest.raises(TypeError, match="batched_nms: boxes must be a torch.Tensor, got ndarray"):
+        batched_nms(boxes.numpy(), scores, idxs, dict(iou_threshold=0.5))
 
 
 def test_batched_nms_mmcv_config_dict() -> None:
@@ -623,3 +625,37 @@ def test_nms_match_bad_input() -> None:
         nms_match(np.zeros((2, 3)), 0.5)
     with pytest.raises(TypeError, match="got list"):
         nms_match([[0, 0, 1, 1, 0.5]], 0.5)
+
+
+# ---------------------------------------------------------------- mmcv's signatures
+
+
+def mmcv_signatures(module: str) -> dict:
+    """``{function: [(parameter, default or None)]}`` of mmcv's ``mmcv/ops/<module>.py``."""
+    import ast
+    from pathlib import Path
+
+    mmcv = pytest.importorskip("mmcv")
+    tree = ast.parse((Path(mmcv.__file__).parent / "ops" / f"{module}.py").read_text())
+    found = {}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
+            args = node.args.args
+            defaults = [None] * (len(args) - len(node.args.defaults)) + [
+                ast.literal_eval(d) for d in node.args.defaults
+            ]
+            found[node.name] = [(a.arg, d) for a, d in zip(args, defaults)]
+    return found
+
+
+def test_signatures_match_mmcv() -> None:
+    import inspect
+
+    import mmpar.compat.ops.nms as ours
+
+    theirs = mmcv_signatures("nms")
+    assert set(theirs) - set(ours.__all__) == {"nms_rotated", "nms_quadri"}
+    for name in ours.__all__:
+        params = inspect.signature(getattr(ours, name)).parameters.values()
+        got = [(p.name, None if p.default is p.empty else p.default) for p in params]
+        assert got == theirs[name], name
