@@ -17,7 +17,6 @@ from __future__ import annotations
 from typing import Optional, Union
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 __all__ = ["PSAMask", "PSAMaskFunction", "psa_mask"]
@@ -49,18 +48,21 @@ def _psa_type_enum(psa_type: Union[int, str]) -> int:
     )
 
 
-def _windows(size: int, mask: int, half: int, device: torch.device) -> tuple[Tensor, int, int]:
-    """Row indices into the zero-padded mask axis, and the padding.
+def _shifts(size: int, mask: int, device: torch.device) -> tuple[Tensor, Optional[Tensor]]:
+    """Mask indices along one axis, and where they are real.
 
-    Returns ``(index, pad_before, pad_after)`` where ``index[o, s]`` (o: output
-    position, s: source position, both in [0, size)) is ``o - s + half +
-    pad_before``: mask entry ``o - s + half`` after padding the mask axis so
-    that every such entry exists (the padding reads zeros).
+    Returns ``(index, outside)``: ``index[o, s]`` (o: output position, s:
+    source position, both in [0, size)) is the mask entry ``o - s + half``,
+    clamped into [0, mask); ``outside[o, s]`` is True where it had to be
+    clamped (that pair is farther apart than the mask reaches), or None when
+    the mask reaches every pair.
     """
-    pad_before = max(0, size - 1 - half)
-    pad_after = max(0, half + size - mask)
+    half = (mask - 1) // 2
     pos = torch.arange(size, device=device)
-    return pos[:, None] - pos[None, :] + (half + pad_before), pad_before, pad_after
+    index = pos[:, None] - pos[None, :] + half
+    if half >= size - 1 and mask - 1 - half >= size - 1:
+        return index, None
+    return index.clamp(0, mask - 1), (index < 0) | (index >= mask)
 
 
 def psa_mask(
@@ -92,15 +94,20 @@ def psa_mask(
             f"mask_size {(h_mask, w_mask)}, found shape {tuple(input.shape)}"
         )
     n, _, height, width = input.shape
-    rows, top, bottom = _windows(height, h_mask, (h_mask - 1) // 2, input.device)
-    cols, left, right = _windows(width, w_mask, (w_mask - 1) // 2, input.device)
+    rows, rows_outside = _shifts(height, h_mask, input.device)
+    cols, cols_outside = _shifts(width, w_mask, input.device)
     mask = input.reshape(n, h_mask, w_mask, height, width)
-    mask = F.pad(mask, (0, 0, 0, 0, left, right, top, bottom))
-    # out[n, y', x', y, x] = mask[n, y' - y + hh, x' - x + hw, y, x], one axis at a time.
-    row_index = rows.view(1, height, 1, height, 1).expand(n, -1, mask.shape[2], -1, width)
+    # out[n, y', x', y, x] = mask[n, y' - y + hh, x' - x + hw, y, x], one axis at a time
+    # (the one intermediate is (N, H, w_mask, H, W)). gather's backward needs only
+    # its index, so the pairs out of the mask's reach are zeroed in place.
+    row_index = rows.view(1, height, 1, height, 1).expand(n, -1, w_mask, -1, width)
     by_row = mask.gather(1, row_index)
+    if rows_outside is not None:
+        by_row.masked_fill_(rows_outside.view(1, height, 1, height, 1), 0)
     col_index = cols.view(1, 1, width, 1, width).expand(n, height, -1, height, -1)
     pairs = by_row.gather(2, col_index)
+    if cols_outside is not None:
+        pairs.masked_fill_(cols_outside.view(1, 1, width, 1, width), 0)
     if kind == 1:
         pairs = pairs.permute(0, 3, 4, 1, 2)
     return pairs.reshape(n, height * width, height, width)
