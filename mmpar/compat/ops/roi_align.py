@@ -55,8 +55,9 @@ def _pair(op: str, value: Size) -> tuple[int, int]:
 
 def _check_inputs(op: str, input: Any, rois: Any) -> None:
     """Raise ``TypeError``/``ValueError`` unless ``input`` is (N, C, H, W) float and ``rois``
-    is (K, 5) on the same device, with batch indices in ``[0, N)`` (checked on CPU only,
-    where it costs no device sync; out-of-range indices read out of bounds on any device)."""
+    is (K, 5) on the same device, finite, with batch indices in ``[0, N)`` (checked on CPU only,
+    where it costs no device sync; on CUDA, as with mmcv's kernels, out-of-range indices
+    read out of bounds and non-finite boxes give undefined results)."""
     if not isinstance(input, Tensor) or not input.is_floating_point():
         found = input.dtype if isinstance(input, Tensor) else type(input).__name__
         raise TypeError(f"mmcv.ops.{op}: input must be a floating-point tensor, got {found}")
@@ -79,6 +80,9 @@ def _check_inputs(op: str, input: Any, rois: Any) -> None:
     if rois.shape[0] and (input.shape[2] == 0 or input.shape[3] == 0):
         raise ValueError(f"mmcv.ops.{op}: input has an empty map {tuple(input.shape)}")
     if rois.shape[0] and rois.device.type == "cpu":
+        # The kernels index memory with these numbers: NaN or inf crashes torchvision's.
+        if not bool(torch.isfinite(rois).all()):
+            raise ValueError(f"mmcv.ops.{op}: rois must be finite, got NaN or inf")
         batch = rois[:, 0].long()
         if int(batch.min()) < 0 or int(batch.max()) >= input.shape[0]:
             raise ValueError(
@@ -126,9 +130,8 @@ def _bilinear_taps(coord: Tensor, size: int) -> tuple[Tensor, Tensor, Tensor, Te
     """
     inside = (coord >= -1.0) & (coord <= size)
     coord = coord.clamp(min=0)
-    low = coord.floor().long()
+    low = coord.floor().long().clamp(0, size - 1)  # clamped below too: NaN boxes never index
     edge = low >= size - 1
-    low = low.clamp(max=size - 1)
     high = torch.where(edge, low, low + 1)
     frac = torch.where(edge, torch.zeros_like(coord), coord - low.to(coord.dtype))
     return low, high, (1.0 - frac) * inside, frac * inside
@@ -155,8 +158,9 @@ def _sample_grid(
         grid_h = torch.full_like(start_y, sampling_ratio, dtype=torch.long)
         grid_w = grid_h
     else:
-        grid_h = torch.ceil(bin_h).long().clamp(min=0)
-        grid_w = torch.ceil(bin_w).long().clamp(min=0)
+        # A non-finite bin gets no samples rather than a grid of 2**63.
+        grid_h = torch.ceil(bin_h).nan_to_num(0.0, 0.0, 0.0).long().clamp(min=0)
+        grid_w = torch.ceil(bin_w).nan_to_num(0.0, 0.0, 0.0).long().clamp(min=0)
     return start_y, start_x, bin_h, bin_w, grid_h, grid_w, rois[:, 0].long()
 
 
@@ -187,8 +191,8 @@ def _max_sample_coords(
         rois, out_size, scale, sampling_ratio, aligned
     )
     table = feat.permute(0, 2, 3, 1).reshape(n * h * w, c)
-    best_y = feat.new_empty((rois.shape[0], ph, pw, c))
-    best_x = torch.empty_like(best_y)
+    best_y = feat.new_zeros((rois.shape[0], ph, pw, c))  # rois without samples stay at 0
+    best_x = torch.zeros_like(best_y)
     for idx, top_h, top_w in _roi_chunks(grid_h, grid_w, 4 * c * ph * pw):
         if top_h == 0 or top_w == 0:
             continue

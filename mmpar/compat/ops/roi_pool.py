@@ -40,7 +40,7 @@ def _bin_edges(
     def span(index: Tensor, size: Tensor, start: Tensor, limit: int) -> tuple[Tensor, Tensor]:
         low = torch.floor(index * size[:, None] + start[:, None])
         high = torch.ceil((index + 1) * size[:, None] + start[:, None])
-        return low.clamp(0, limit).long(), high.clamp(0, limit).long()
+        return low.long().clamp(0, limit), high.long().clamp(0, limit)
 
     row_start, row_end = span(ph, bin_h, y1, height)
     col_start, col_end = span(pw, bin_w, x1, width)

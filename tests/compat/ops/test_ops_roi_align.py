@@ -294,3 +294,18 @@ def test_bad_arguments():
         roi_align(x, rois, 0)
     with pytest.raises(ValueError, match="batch indices"):
         roi_align(x, torch.tensor([[1, 0.0, 0.0, 2.0, 2.0]]), 2)
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="finite"):
+            roi_align(x, torch.tensor([[0, 0.0, bad, 2.0, 2.0]]), 2)
+
+
+def test_max_rois_without_samples(monkeypatch):
+    """Zero-sized rois (aligned, adaptive grid) have no samples: 0 and no gradient, also
+    when they make up a chunk of their own."""
+    monkeypatch.setattr(roi_align_module, "_CHUNK_ELEMENTS", 1)
+    x = torch.randn(1, 2, 5, 5, dtype=torch.float64, requires_grad=True)
+    rois = torch.tensor([[0, 1.0, 1.0, 1.0, 1.0], [0, 1.0, 1.0, 1.0, 3.0], [0, 0.0, 0.0, 3.0, 3.0]])
+    out = roi_align(x, rois.double(), 2, 1.0, 0, "max", True)
+    out[:2].sum().backward()
+    assert not out[:2].any() and not x.grad.any()
+    assert out[2].ne(0).all()

@@ -181,3 +181,5 @@ def test_module_and_bad_arguments():
         roi_pool(x, torch.tensor([[-1, 0.0, 0.0, 2.0, 2.0]]), 2)
     with pytest.raises(TypeError, match="output_size"):
         RoIPool("7")
+    with pytest.raises(ValueError, match="finite"):
+        roi_pool(x, torch.tensor([[0, float("nan"), 0.0, 2.0, 2.0]]), 2)
