@@ -56,6 +56,10 @@ def _check_args(
             f"{op}: target must be (N,) with N = input.size(0) = {input.size(0)}, "
             f"got shape {tuple(target.shape)}"
         )
+    if target.device != input.device:
+        raise ValueError(
+            f"{op}: target must be on input's device ({input.device}), got {target.device}"
+        )
     if weight is not None and (weight.dim() != 1 or weight.size(0) != input.size(1)):
         raise ValueError(
             f"{op}: weight must be (C,) with C = input.size(1) = {input.size(1)}, "
@@ -115,8 +119,8 @@ def sigmoid_focal_loss(
 
     Raises:
         TypeError: ``input`` not floating point, or ``target`` not integer.
-        ValueError: shapes that do not match, an unknown ``reduction``, or a
-            target outside ``[0, C)`` together with ``weight``.
+        ValueError: shapes or devices that do not match, an unknown ``reduction``,
+            or a target outside ``[0, C)`` together with ``weight``.
     """
     op = "sigmoid_focal_loss"
     _check_args(op, input, target, weight, reduction)
@@ -165,8 +169,8 @@ def softmax_focal_loss(
 
     Raises:
         TypeError: ``input`` not floating point, or ``target`` not integer.
-        ValueError: shapes that do not match, an unknown ``reduction``, or a
-            target ``>= C``.
+        ValueError: shapes or devices that do not match, an unknown ``reduction``,
+            or a target ``>= C``.
     """
     op = "softmax_focal_loss"
     _check_args(op, input, target, weight, reduction)

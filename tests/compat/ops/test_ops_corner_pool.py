@@ -107,3 +107,36 @@ def test_bad_mode_and_input():
         CornerPool("up")
     with pytest.raises(ValueError, match=r"x must be \(N, C, H, W\)"):
         CornerPool("top")(torch.zeros(2, 3, 4))
+
+
+def test_mmcv_examples_on_integer_maps():
+    # mmcv's own test (tests/test_ops/test_corner_pool.py): long tensors keep their type
+    lr = torch.tensor(
+        [[[[0, 0, 0, 0, 0], [2, 1, 3, 0, 2], [5, 4, 1, 1, 6], [0, 0, 0, 0, 0], [0, 0, 0, 0, 0]]]]
+    )
+    tb = torch.tensor(
+        [[[[0, 3, 1, 0, 0], [0, 1, 1, 0, 0], [0, 3, 4, 0, 0], [0, 2, 2, 0, 0], [0, 0, 2, 0, 0]]]]
+    )
+    expected = {
+        ("left", 0): [[0, 0, 0, 0, 0], [3, 3, 3, 2, 2], [6, 6, 6, 6, 6], [0] * 5, [0] * 5],
+        ("right", 0): [[0, 0, 0, 0, 0], [2, 2, 3, 3, 3], [5, 5, 5, 5, 6], [0] * 5, [0] * 5],
+        ("top", 1): [
+            [0, 3, 4, 0, 0],
+            [0, 3, 4, 0, 0],
+            [0, 3, 4, 0, 0],
+            [0, 2, 2, 0, 0],
+            [0, 0, 2, 0, 0],
+        ],
+        ("bottom", 1): [
+            [0, 3, 1, 0, 0],
+            [0, 3, 1, 0, 0],
+            [0, 3, 4, 0, 0],
+            [0, 3, 4, 0, 0],
+            [0, 3, 4, 0, 0],
+        ],
+    }
+    for (mode, which), answer in expected.items():
+        x = (lr, tb)[which]
+        out = CornerPool(mode)(x)
+        assert out.dtype == torch.long
+        assert torch.equal(out, torch.tensor([[answer]]))

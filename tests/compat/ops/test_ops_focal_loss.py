@@ -266,6 +266,8 @@ def test_bad_inputs(fn):
         fn(torch.zeros(2, 3, 1), target)
     with pytest.raises(ValueError, match=r"target must be \(N,\)"):
         fn(x, torch.tensor([0, 1, 2]))
+    with pytest.raises(ValueError, match="target must be on input's device"):
+        fn(x, target.to("meta"))
     with pytest.raises(ValueError, match=r"weight must be \(C,\)"):
         fn(x, target, 2.0, 0.25, torch.ones(2))
     with pytest.raises(ValueError, match="reduction must be one of"):
@@ -293,3 +295,61 @@ def test_modules():
     )
     soft = SoftmaxFocalLoss(2.0, 0.25, weight)
     torch.testing.assert_close(soft(x, target), softmax_focal_loss(x, target, 2.0, 0.25, weight))
+
+
+# mmcv's own test cases (tests/test_ops/test_focal_loss.py): gamma 2, alpha 0.25, 'mean'.
+MMCV_CASES = [
+    (
+        [[1.0, 0], [0, 1.0]],
+        [0, 1],
+        (0.00566451, [[-0.00657264, 0.00657264], [0.00657264, -0.00657264]]),
+        (0.13562961, [[-0.00657264, 0.11185755], [0.11185755, -0.00657264]]),
+    ),
+    (
+        [[1.0, 0, -1.0], [0, 1.0, 2.0]],
+        [2, 1],
+        (
+            0.34956908,
+            [[0.10165970, 0.03739851, -0.13905823], [0.01227554, -0.10298023, 0.09070466]],
+        ),
+        (
+            1.10251057,
+            [[0.28808805, 0.11185755, -0.09602935], [0.11185755, -0.00657264, 0.40376765]],
+        ),
+    ),
+    (
+        [[1e-6, 2e-6, 3e-6], [4e-6, 5e-5, 6e-4], [7e-3, 8e-2, 9e-1]],
+        [1, 2, 0],
+        (
+            0.15754992,
+            [
+                [0.02590877, -0.05181759, 0.02590882],
+                [0.02589641, 0.02589760, -0.05179400],
+                [-0.07307514, 0.02234372, 0.05073142],
+            ],
+        ),
+        (
+            0.42287254,
+            [
+                [0.07457182, -0.02485716, 0.07457201],
+                [0.07457211, 0.07457669, -0.02483728],
+                [-0.02462499, 0.08277918, 0.18050370],
+            ],
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.float16, 1e-2)])
+@pytest.mark.parametrize("case", MMCV_CASES)
+def test_mmcv_examples(case, dtype, tol):
+    x_values, target, softmax_expected, sigmoid_expected = case
+    for fn, (loss_value, grad) in (
+        (softmax_focal_loss, softmax_expected),
+        (sigmoid_focal_loss, sigmoid_expected),
+    ):
+        x = torch.tensor(x_values, dtype=dtype, requires_grad=True)
+        loss = fn(x, torch.tensor(target), 2.0, 0.25, None, "mean")
+        loss.backward()
+        torch.testing.assert_close(loss.float(), torch.tensor(loss_value), rtol=tol, atol=tol)
+        torch.testing.assert_close(x.grad.float(), torch.tensor(grad), rtol=tol, atol=tol)
