@@ -174,7 +174,7 @@ class _DeformRoIPoolFunction(torch.autograd.Function):
         total = input.new_zeros(rois.size(0) * output_size[0] * output_size[1], channels)
         for s in _all_samples(bins, extent, height, width):
             for index, weight in zip(s.index, s.weight):
-                total.addcmul_(feat[index], weight[:, None])
+                total.addcmul_(feat.index_select(0, index), weight[:, None])
         ctx.save_for_backward(input, rois, offset)
         ctx.geometry = (output_size, spatial_scale, sampling_ratio, gamma, extent)  # type: ignore[attr-defined]
         count = bins.count.expand_as(bins.y0).reshape(-1, 1)
@@ -191,28 +191,26 @@ class _DeformRoIPoolFunction(torch.autograd.Function):
         count = bins.count.expand_as(bins.y0).reshape(-1, 1)
         grad = grad_output.permute(0, 2, 3, 1).reshape(-1, channels) / count
         feat = input.permute(0, 2, 3, 1).reshape(batch * height * width, channels)
-        grad_feat = torch.zeros_like(feat)
+        grad_feat = torch.zeros_like(feat) if ctx.needs_input_grad[0] else None
         want_offset = offset is not None and ctx.needs_input_grad[2]
         grad_y = grad_x = grad.new_zeros(grad.size(0))
         for s in _all_samples(bins, extent, height, width):
-            for index, weight in zip(s.index, s.weight):
-                grad_feat.index_add_(0, index, grad * weight[:, None])
+            if grad_feat is not None:
+                for index, weight in zip(s.index, s.weight):
+                    grad_feat.index_add_(0, index, grad * weight[:, None])
             if want_offset:
                 dy, dx = _offset_gradient(s, grad, feat)
                 grad_y = grad_y + dy
                 grad_x = grad_x + dx
-        grad_input = grad_feat.reshape(batch, height, width, channels).permute(0, 3, 1, 2)
+        grad_input = None
+        if grad_feat is not None:
+            grad_input = grad_feat.reshape(batch, height, width, channels).permute(0, 3, 1, 2)
         grad_offset = None
         if want_offset:
             shape = (rois.size(0), *output_size)
-            grad_offset = torch.stack(
-                (
-                    gamma * bins.roi_w * grad_x.reshape(shape),
-                    gamma * bins.roi_h * grad_y.reshape(shape),
-                ),
-                dim=1,
-            )
-        grad_input = grad_input if ctx.needs_input_grad[0] else None
+            along_x = gamma * bins.roi_w * grad_x.reshape(shape)
+            along_y = gamma * bins.roi_h * grad_y.reshape(shape)
+            grad_offset = torch.stack((along_x, along_y), dim=1)
         return grad_input, None, grad_offset, None, None, None, None
 
 
@@ -224,7 +222,7 @@ def _offset_gradient(s: _Samples, grad: Tensor, feat: Tensor) -> tuple[Tensor, T
     quite it within a pixel of the edges.
     """
     # Each corner's value, summed over channels against the output's gradient.
-    g00, g01, g10, g11 = ((feat[index] * grad).sum(1) for index in s.index)
+    g00, g01, g10, g11 = ((feat.index_select(0, index) * grad).sum(1) for index in s.index)
     y, x = s.y, s.x
     y_low, y_high = s.y_low.to(y.dtype), s.y_high.to(y.dtype)
     x_low, x_high = s.x_low.to(x.dtype), s.x_high.to(x.dtype)

@@ -120,7 +120,7 @@ def masked_conv2d(
     _check(features, mask, weight, bias)
     out_h = features.size(2) + 2 * pad[0] - weight.size(2) + 1
     out_w = features.size(3) + 2 * pad[1] - weight.size(3) + 1
-    keep = _output_mask(mask, out_h, out_w)
+    keep = _output_mask(mask, out_h, out_w).to(features.device)
     dtype = features.dtype
     # CPU convolutions in float16/bfloat16 run in float32, then cast back.
     compute = dtype if features.is_cuda or dtype == torch.float64 else torch.float32

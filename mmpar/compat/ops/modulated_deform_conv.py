@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import operator
 import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -46,12 +47,14 @@ def _compute_dtype(tensor: Tensor) -> torch.dtype:
 
 def _int_pair(op: str, name: str, value: IntPair, minimum: int) -> tuple[int, int]:
     """``value`` as a pair of ints, each at least ``minimum``."""
-    pair = tuple(_pair(value))
-    if len(pair) != 2 or not all(isinstance(v, int) and v >= minimum for v in pair):
-        raise ValueError(
-            f"mmcv.ops.{op}: {name} must be an int >= {minimum} or a pair of them, found {value!r}"
-        )
-    return pair  # type: ignore[return-value]
+    message = f"mmcv.ops.{op}: {name} must be an int >= {minimum} or a pair, found {value!r}"
+    try:
+        pair = tuple(operator.index(v) for v in _pair(value))
+    except TypeError:
+        raise ValueError(message) from None
+    if len(pair) != 2 or min(pair) < minimum:
+        raise ValueError(message)
+    return pair[0], pair[1]
 
 
 def _check_float(op: str, **tensors: Tensor | None) -> None:

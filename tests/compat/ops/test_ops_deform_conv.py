@@ -108,6 +108,16 @@ def test_forward_matches_reference(case, device):
     torch.testing.assert_close(out.cpu(), expected, rtol=1e-10, atol=1e-10)
 
 
+def test_per_channel_sampling_as_mmdet_tood():
+    # mmdet's TOOD samples each channel at its own offset: 1x1 weight, groups = deform_groups = C.
+    gen = torch.Generator().manual_seed(2)
+    feat = torch.randn(2, 4, 5, 6, generator=gen, dtype=torch.float64)
+    offset = torch.randn(2, 8, 5, 6, generator=gen, dtype=torch.float64) * 2
+    weight = feat.new_ones(4, 1, 1, 1)
+    out = deform_conv2d(feat, offset, weight, 1, 0, 1, 4, 4)
+    torch.testing.assert_close(out, reference(feat, offset, weight, 1, 0, 1, 4, 4))
+
+
 def test_offsets_are_dy_dx_pairs_per_kernel_point():
     # One channel, a 1x2 kernel of ones: moving point 1 by dx=+1 reads the next column.
     inp = torch.arange(12.0, dtype=torch.float64).reshape(1, 1, 3, 4)
@@ -208,6 +218,8 @@ def test_bad_arguments():
         deform_conv2d(inp[..., :1, :1], offset, weight)
     with pytest.raises(ValueError, match="stride"):
         deform_conv2d(inp, offset, weight, 0, 1)
+    with pytest.raises(ValueError, match="padding"):
+        deform_conv2d(inp, offset, weight, 1, 1.5)
     with pytest.raises(TypeError, match="offset"):
         deform_conv2d(inp, offset.long(), weight, 1, 1)
 

@@ -236,3 +236,14 @@ def test_pack_checks_channels():
         DeformRoIPoolPack(2, 3, 8).double()(inp, rois)
     with pytest.raises(ValueError, match="output_channels"):
         ModulatedDeformRoIPoolPack(2, 3, 8).double()(inp, rois)
+
+
+def test_offset_gradient_alone():
+    inp, rois, offset = make()
+    offset.requires_grad_()
+    out = deform_roi_pool(inp, rois, offset, (2, 3), 0.5)
+    grad_out = torch.ones_like(out)
+    out.backward(grad_out)
+    _, _, grad_off = reference(inp, rois, offset.detach(), (2, 3), 0.5, 0, 0.1, grad_out)
+    torch.testing.assert_close(offset.grad, grad_off)
+    assert not inp.requires_grad
