@@ -195,12 +195,18 @@ def _stand_in(
     if into is None:
         module.__spec__ = ModuleSpec(name, None)
     module.__mmpar_ops__ = True
-    vars(module).update({n: getattr(source, n) for n in names})
+    # Names the source builds on first access (SAConv2d needs mmcv.cnn) are looked
+    # up on first access here too.
+    vars(module).update({n: vars(source)[n] for n in names if n in vars(source)})
     module.__all__ = list(names)
     supplied = frozenset(names)
 
     def __getattr__(attr: str) -> Any:
-        if attr in known and attr not in supplied:
+        if attr in supplied:
+            value = getattr(source, attr)
+            setattr(module, attr, value)
+            return value
+        if attr in known:
             raise _missing(f"{name}.{attr}")
         raise AttributeError(f"module {name!r} has no attribute {attr!r}")
 

@@ -49,10 +49,12 @@ def test_without_compiled_ops_mmcv_ops_are_mmpars_under_mmcvs_names() -> None:
         from mmpar.compat import patch_mmcv
         patch_mmcv()
         import mmcv.ops
-        import mmcv.ops.nms as nms_module
+        import sys
+        nms_module = sys.modules["mmcv.ops.nms"]
         from mmcv.ops import batched_nms, nms, RoIAlign
         from mmcv.ops.roi_align import roi_align
-        from mmpar.compat.ops import nms as ours, roi_align as ours_align
+        from mmpar.compat.ops import MODULES
+        ours, ours_align = MODULES["nms"], MODULES["roi_align"]
         assert nms is ours.nms and batched_nms is ours.batched_nms, nms
         assert nms_module.batched_nms is ours.batched_nms
         assert mmcv.ops.nms is ours.nms  # the function wins the package attribute, as in mmcv
@@ -73,7 +75,9 @@ def test_ops_are_registered_in_mmcvs_registries_as_mmcv_registers_its_own() -> N
         patch_mmcv()
         import mmcv.ops
         from mmcv.cnn import build_conv_layer, build_norm_layer
-        from mmpar.compat.ops import deform_conv, modulated_deform_conv, sync_bn
+        from mmpar.compat.ops import MODULES
+        deform_conv, sync_bn = MODULES["deform_conv"], MODULES["sync_bn"]
+        modulated_deform_conv = MODULES["modulated_deform_conv"]
         dcn = build_conv_layer(dict(type="DCN", deform_groups=1), 4, 8, 3, padding=1)
         assert type(dcn) is deform_conv.DeformConv2dPack, type(dcn)
         dcn2 = build_conv_layer(dict(type="DCNv2", deform_groups=1), 4, 8, 3, padding=1)
@@ -177,8 +181,8 @@ def test_ops_mmpar_replaces_a_working_mmcv_full() -> None:
 from mmpar.compat import patch_mmcv
 patch_mmcv(ops="mmpar")
 from mmcv.ops import nms
-from mmpar.compat.ops import nms as ours
-assert nms is ours.nms
+import mmpar.compat.ops
+assert nms is mmpar.compat.ops.nms
 print("ok")
 """
     )
@@ -225,7 +229,7 @@ def test_the_choice_and_the_one_line_reach_child_processes_once(tmp_path) -> Non
             import subprocess, sys
             import mmcv.ops
             from mmpar.compat.mmcv_ops import ops_in_use
-            print("parent", ops_in_use(), type(mmcv.ops.nms).__module__)
+            print("parent", ops_in_use(), mmcv.ops.nms.__module__)
             child = "from mmpar.compat import patch_mmcv; patch_mmcv(); " \\
                 "from mmpar.compat.mmcv_ops import ops_in_use; print('child', ops_in_use())"
             subprocess.run([sys.executable, "-c", child], check=True)
@@ -258,8 +262,8 @@ def test_patching_after_mmcv_ops_was_imported_warns_and_later_imports_get_mmpars
             warnings.simplefilter("always")
             patch_mmcv()
         from mmcv.ops import nms
-        from mmpar.compat.ops import nms as ours
-        assert nms is ours.nms and sys.modules["mmcv.ops"] is not early
+        import mmpar.compat.ops
+        assert nms is mmpar.compat.ops.nms and sys.modules["mmcv.ops"] is not early
         print([str(w.message).split(";")[0] for w in caught if "before mmpar" in str(w.message)])
         """
     )
