@@ -9,6 +9,7 @@ from importlib.machinery import ModuleSpec
 from types import ModuleType
 from typing import Any, Dict, List, Optional, Tuple
 
+from mmpar.compat.cpu_dist import enable_cpu_dist
 from mmpar.compat.mmcv_ops import resolve_mode, supply_mmcv_ops
 from mmpar.compat.mmcv_parallel import PACKAGE, PUBLIC, contents
 from mmpar.compat.wrappers_link import link_wrapper_registry
@@ -66,6 +67,7 @@ def patch_mmcv(ops: Optional[str] = None) -> None:
     mode = resolve_mode(ops)
     mmcv = _import_mmcv1()
     supply_mmcv_ops(mode)
+    enable_cpu_dist()
     current = sys.modules.get(PACKAGE)
     if is_patched():
         mmcv.parallel = current

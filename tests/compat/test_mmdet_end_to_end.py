@@ -302,13 +302,6 @@ def printed_metric(output: str) -> Optional[Dict[str, float]]:
     return None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "without a GPU, mmcv's init_dist divides by torch.cuda.device_count() == 0 and mmdet's "
-        "build_ddp refuses device='cpu': patch_mmcv() does not mend them yet"
-    ),
-)
 def test_train_py_trains_under_torchrun_with_two_gloo_processes(config: Path) -> None:
     work_dir = config.parent / "work_dist"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2"]

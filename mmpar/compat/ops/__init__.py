@@ -11,10 +11,11 @@ this package imports without mmcv.
 
 from __future__ import annotations
 
-from importlib import import_module
+import sys
 from types import ModuleType
 from typing import Any, Dict
 
+from mmpar.compat.ops import saconv
 from mmpar.compat.ops.bbox import bbox_overlaps
 from mmpar.compat.ops.carafe import CARAFE, CARAFENaive, CARAFEPack, carafe, carafe_naive
 from mmpar.compat.ops.cc_attention import CrissCrossAttention
@@ -60,7 +61,7 @@ from mmpar.compat.ops.sync_bn import SyncBatchNorm
 #: share their name with a function (``nms``, ``roi_align``), which wins the
 #: package attribute, as in mmcv.
 MODULES: Dict[str, ModuleType] = {
-    name: import_module(f"{__name__}.{name}")
+    name: sys.modules[f"{__name__}.{name}"]
     for name in (
         "bbox",
         "carafe",
@@ -136,5 +137,5 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name == "SAConv2d":
-        return MODULES["saconv"].SAConv2d
+        return saconv.SAConv2d
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

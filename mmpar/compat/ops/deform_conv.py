@@ -17,12 +17,12 @@ from torch.nn.modules.utils import _pair, _single
 from mmpar.compat.ops.backend import torchvision_ops
 from mmpar.compat.ops.modulated_deform_conv import (
     IntPair,
-    _check_float,
-    _check_per_point,
-    _compute_dtype,
-    _conv_geometry,
-    _load_old_offset_keys,
-    _rename_deform_groups,
+    check_float,
+    check_per_point,
+    compute_dtype,
+    conv_geometry,
+    load_old_offset_keys,
+    rename_deform_groups,
 )
 
 __all__ = ["DeformConv2d", "DeformConv2dPack", "deform_conv2d"]
@@ -75,17 +75,17 @@ def deform_conv2d(
     op = "deform_conv2d"
     if bias is not False:
         raise ValueError(f"mmcv.ops.{op}: only bias=False is supported (as mmcv), found {bias!r}")
-    _check_float(op, offset=offset)
-    stride_, padding_, dilation_, out_size = _conv_geometry(
+    check_float(op, offset=offset)
+    stride_, padding_, dilation_, out_size = conv_geometry(
         op, input, weight, stride, padding, dilation, groups, deform_groups
     )
-    _check_per_point(
+    check_per_point(
         op, "offset", offset,
         (input.size(0), deform_groups * 2 * weight.size(2) * weight.size(3), *out_size),
         "N, deform_groups * 2 * kh * kw, out_h, out_w",
     )  # fmt: skip
     dtype = offset.dtype
-    compute = _compute_dtype(offset)
+    compute = compute_dtype(offset)
     out = torchvision_ops().deform_conv2d(
         input.to(compute), offset.to(compute), weight.to(compute), None,
         stride_, padding_, dilation_,
@@ -113,7 +113,7 @@ class DeformConv2d(nn.Module):
         ValueError: ``bias`` is set, or the channels are not divisible by ``groups``.
     """
 
-    @_rename_deform_groups("DeformConv2d")
+    @rename_deform_groups("DeformConv2d")
     def __init__(
         self,
         in_channels: int,
@@ -249,7 +249,7 @@ class DeformConv2dPack(DeformConv2d):
         unexpected_keys: list[str],
         error_msgs: list[str],
     ) -> None:
-        _load_old_offset_keys("DeformConv2dPack", state_dict, prefix, local_metadata)
+        load_old_offset_keys("DeformConv2dPack", state_dict, prefix, local_metadata)
         super()._load_from_state_dict(
             state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
         )

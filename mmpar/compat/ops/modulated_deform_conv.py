@@ -32,7 +32,7 @@ IntPair = int | tuple[int, int]
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-def _compute_dtype(tensor: Tensor) -> torch.dtype:
+def compute_dtype(tensor: Tensor) -> torch.dtype:
     """The dtype torchvision's kernel runs in for ``tensor``: its own, or float32.
 
     torchvision's CPU kernel has no bfloat16 and sums float16 in float16, and its
@@ -57,13 +57,13 @@ def _int_pair(op: str, name: str, value: IntPair, minimum: int) -> tuple[int, in
     return pair[0], pair[1]
 
 
-def _check_float(op: str, **tensors: Tensor | None) -> None:
+def check_float(op: str, **tensors: Tensor | None) -> None:
     for name, tensor in tensors.items():
         if tensor is not None and not tensor.is_floating_point():
             raise TypeError(f"mmcv.ops.{op}: {name} must be floating point, found {tensor.dtype}")
 
 
-def _conv_geometry(
+def conv_geometry(
     op: str,
     input: Tensor,
     weight: Tensor,
@@ -99,7 +99,7 @@ def _conv_geometry(
             f"mmcv.ops.{op}: weight must be 4D (C_out, C_in // groups, kh, kw), "
             f"found {weight.dim()}D"
         )
-    _check_float(op, input=input, weight=weight)
+    check_float(op, input=input, weight=weight)
     stride_ = _int_pair(op, "stride", stride, 1)
     padding_ = _int_pair(op, "padding", padding, 0)
     dilation_ = _int_pair(op, "dilation", dilation, 1)
@@ -133,7 +133,7 @@ def _conv_geometry(
     return stride_, padding_, dilation_, (out_h, out_w)
 
 
-def _check_per_point(
+def check_per_point(
     op: str, name: str, tensor: Tensor, expected: tuple[int, int, int, int], layout: str
 ) -> None:
     """Checks that an offset or mask tensor has the shape the convolution needs."""
@@ -144,7 +144,7 @@ def _check_per_point(
         )
 
 
-def _rename_deform_groups(cls_name: str) -> Callable[[_F], _F]:
+def rename_deform_groups(cls_name: str) -> Callable[[_F], _F]:
     """Accepts mmcv's deprecated ``deformable_groups=`` for ``deform_groups=``, with a warning."""
 
     def decorate(init: _F) -> _F:
@@ -170,7 +170,7 @@ def _rename_deform_groups(cls_name: str) -> Callable[[_F], _F]:
     return decorate
 
 
-def _load_old_offset_keys(
+def load_old_offset_keys(
     module_name: str, state_dict: dict[str, Any], prefix: str, local_metadata: dict[str, Any]
 ) -> None:
     """Renames a version-1 checkpoint's ``<name>_offset.*`` keys to ``<name>.conv_offset.*``.
@@ -232,17 +232,17 @@ def modulated_deform_conv2d(
         ValueError: shapes or parameters that do not fit together.
     """
     op = "modulated_deform_conv2d"
-    _check_float(op, offset=offset, mask=mask, bias=bias)
-    stride_, padding_, dilation_, out_size = _conv_geometry(
+    check_float(op, offset=offset, mask=mask, bias=bias)
+    stride_, padding_, dilation_, out_size = conv_geometry(
         op, input, weight, stride, padding, dilation, groups, deform_groups
     )
     points = weight.size(2) * weight.size(3)
     batch = input.size(0)
-    _check_per_point(
+    check_per_point(
         op, "offset", offset, (batch, deform_groups * 2 * points, *out_size),
         "N, deform_groups * 2 * kh * kw, out_h, out_w",
     )  # fmt: skip
-    _check_per_point(
+    check_per_point(
         op, "mask", mask, (batch, deform_groups * points, *out_size),
         "N, deform_groups * kh * kw, out_h, out_w",
     )  # fmt: skip
@@ -251,7 +251,7 @@ def modulated_deform_conv2d(
             f"mmcv.ops.{op}: bias must have shape ({weight.size(0)},), found {tuple(bias.shape)}"
         )
     dtype = offset.dtype
-    compute = _compute_dtype(offset)
+    compute = compute_dtype(offset)
     out = torchvision_ops().deform_conv2d(
         input.to(compute),
         offset.to(compute),
@@ -282,7 +282,7 @@ class ModulatedDeformConv2d(nn.Module):
             ``"auto"``, adds one).
     """
 
-    @_rename_deform_groups("ModulatedDeformConv2d")
+    @rename_deform_groups("ModulatedDeformConv2d")
     def __init__(
         self,
         in_channels: int,
@@ -406,7 +406,7 @@ class ModulatedDeformConv2dPack(ModulatedDeformConv2d):
         unexpected_keys: list[str],
         error_msgs: list[str],
     ) -> None:
-        _load_old_offset_keys("ModulatedDeformConvPack", state_dict, prefix, local_metadata)
+        load_old_offset_keys("ModulatedDeformConvPack", state_dict, prefix, local_metadata)
         super()._load_from_state_dict(
             state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
         )

@@ -35,7 +35,7 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 Size = Union[int, Sequence[int]]
 
 
-def _pair(op: str, value: Size) -> tuple[int, int]:
+def size_pair(op: str, value: Size) -> tuple[int, int]:
     """``(h, w)`` from an int or a pair of positive ints (mmcv's ``output_size``)."""
     if isinstance(value, bool):
         pair: tuple[Any, ...] = ()
@@ -53,7 +53,7 @@ def _pair(op: str, value: Size) -> tuple[int, int]:
     return pair
 
 
-def _check_inputs(op: str, input: Any, rois: Any) -> None:
+def check_roi_inputs(op: str, input: Any, rois: Any) -> None:
     """Raise ``TypeError``/``ValueError`` unless ``input`` is (N, C, H, W) float and ``rois``
     is (K, 5) on the same device, finite, with batch indices in ``[0, N)`` (checked on CPU only,
     where it costs no device sync; on CUDA, as with mmcv's kernels, out-of-range indices
@@ -96,7 +96,7 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def _roi_chunks(cells_h: Tensor, cells_w: Tensor, per_cell: int) -> list[tuple[Tensor, int, int]]:
+def roi_chunks(cells_h: Tensor, cells_w: Tensor, per_cell: int) -> list[tuple[Tensor, int, int]]:
     """Rois grouped so that each group's padded ``(k, gh_max * gw_max * per_cell)`` stays
     under the budget: ``[(indices, gh_max, gw_max)]``, smallest rois first.
 
@@ -193,7 +193,7 @@ def _max_sample_coords(
     table = feat.permute(0, 2, 3, 1).reshape(n * h * w, c)
     best_y = feat.new_zeros((rois.shape[0], ph, pw, c))  # rois without samples stay at 0
     best_x = torch.zeros_like(best_y)
-    for idx, top_h, top_w in _roi_chunks(grid_h, grid_w, 4 * c * ph * pw):
+    for idx, top_h, top_w in roi_chunks(grid_h, grid_w, 4 * c * ph * pw):
         if top_h == 0 or top_w == 0:
             continue
         ys = _sample_coords(start_y[idx], bin_h[idx], grid_h[idx], ph, top_h)  # (k, PH, Gh)
@@ -280,10 +280,10 @@ def roi_align(
         TypeError: ``input``, ``rois`` or ``output_size`` of a wrong type.
         ValueError: A wrong shape, ``pool_mode``, device, or batch index (on CPU).
     """
-    out_size = _pair("roi_align", output_size)
+    out_size = size_pair("roi_align", output_size)
     if pool_mode not in _POOL_MODES:
         raise ValueError(f"mmcv.ops.roi_align: pool_mode must be 'avg' or 'max', got {pool_mode!r}")
-    _check_inputs("roi_align", input, rois)
+    check_roi_inputs("roi_align", input, rois)
     dtype = _compute_dtype(input.dtype)
     feat, boxes = input.to(dtype), rois.detach().to(dtype)
     if pool_mode == "max":
@@ -360,7 +360,7 @@ class RoIAlign(nn.Module):
         super().__init__()
         if pool_mode not in _POOL_MODES:
             raise ValueError(f"RoIAlign: pool_mode must be 'avg' or 'max', got {pool_mode!r}")
-        self.output_size = _pair("RoIAlign", output_size)
+        self.output_size = size_pair("RoIAlign", output_size)
         self.spatial_scale = float(spatial_scale)
         self.sampling_ratio = int(sampling_ratio)
         self.pool_mode = pool_mode

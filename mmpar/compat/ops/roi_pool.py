@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from mmpar.compat.ops.roi_align import Size, _check_inputs, _pair, _roi_chunks
+from mmpar.compat.ops.roi_align import Size, check_roi_inputs, roi_chunks, size_pair
 
 __all__ = ["RoIPool", "roi_pool"]
 
@@ -58,7 +58,7 @@ def _argmax_pixels(feat: Tensor, rois: Tensor, out_size: tuple[int, int], scale:
     best = torch.full((rois.shape[0], ph, pw, c), -1, dtype=torch.long, device=feat.device)
     table = feat.permute(0, 2, 3, 1).reshape(n * h * w, c)
     batch = rois[:, 0].long()
-    for idx, top_h, top_w in _roi_chunks(rows.amax(1), cols.amax(1), 2 * c * ph * pw):
+    for idx, top_h, top_w in roi_chunks(rows.amax(1), cols.amax(1), 2 * c * ph * pw):
         if top_h == 0 or top_w == 0:
             continue
         dy = torch.arange(top_h, device=feat.device)
@@ -99,8 +99,8 @@ def roi_pool(input: Tensor, rois: Tensor, output_size: Size, spatial_scale: floa
         TypeError: ``input``, ``rois`` or ``output_size`` of a wrong type.
         ValueError: A wrong shape, device, or batch index (on CPU).
     """
-    out_size = _pair("roi_pool", output_size)
-    _check_inputs("roi_pool", input, rois)
+    out_size = size_pair("roi_pool", output_size)
+    check_roi_inputs("roi_pool", input, rois)
     n, c, h, w = input.shape
     # Bin edges in float32 (float64 for float64 input): half rois would round them.
     coord_dtype = torch.float64 if input.dtype == torch.float64 else torch.float32
@@ -123,7 +123,7 @@ class RoIPool(nn.Module):
 
     def __init__(self, output_size: Size, spatial_scale: float = 1.0) -> None:
         super().__init__()
-        self.output_size = _pair("RoIPool", output_size)
+        self.output_size = size_pair("RoIPool", output_size)
         self.spatial_scale = float(spatial_scale)
 
     def forward(self, input: Tensor, rois: Tensor) -> Tensor:

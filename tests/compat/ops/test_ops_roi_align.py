@@ -190,7 +190,7 @@ def test_max_search_in_chunks(monkeypatch):
     inp, rois = _case("cpu", torch.float64, seed=5)
     whole = roi_align(inp, rois, (2, 3), 0.5, 0, "max", True)
     monkeypatch.setattr(roi_align_module, "_CHUNK_ELEMENTS", 64)
-    chunks = roi_align_module._roi_chunks(
+    chunks = roi_align_module.roi_chunks(
         torch.tensor([3, 1, 2, 0, 5]), torch.tensor([1, 1, 4, 2, 2]), per_cell=6
     )
     assert sorted(i for idx, _, _ in chunks for i in idx.tolist()) == [0, 1, 2, 3, 4]
