@@ -134,14 +134,31 @@ def conv_geometry(
 
 
 def check_per_point(
-    op: str, name: str, tensor: Tensor, expected: tuple[int, int, int, int], layout: str
-) -> None:
-    """Checks that an offset or mask tensor has the shape the convolution needs."""
-    if tuple(tensor.shape) != expected:
-        raise ValueError(
-            f"mmcv.ops.{op}: {name} must have shape {expected} ({layout}), "
-            f"found {tuple(tensor.shape)}"
-        )
+    op: str,
+    name: str,
+    tensor: Tensor,
+    expected: tuple[int, int, int, int],
+    layout: str,
+    as_memory: bool = False,
+) -> Tensor:
+    """The offset or mask tensor as the convolution reads it, or a ``ValueError``.
+
+    With ``as_memory`` (DCNv2): mmcv's DCNv2 kernels read each image's ``offset[b]``
+    (and ``mask[b]``) as contiguous
+    memory of the expected ``(C, out_h, out_w)`` shape without checking its spatial
+    size. mmdet's DyHead relies on that: its upper-level DCNv2 gets the offsets of the
+    level below, a map twice as large. Such a tensor is read the same way here: its
+    first ``C * out_h * out_w`` values per image. One with fewer values (which mmcv
+    would read past the end of) is refused.
+    """
+    shape = tuple(tensor.shape)
+    if shape == expected:
+        return tensor
+    needed = expected[1] * expected[2] * expected[3]
+    fits = tensor.dim() == 4 and shape[0] == expected[0] and tensor[:1].numel() >= needed
+    if as_memory and fits:
+        return tensor.reshape(shape[0], -1)[:, :needed].reshape(expected)
+    raise ValueError(f"mmcv.ops.{op}: {name} must have shape {expected} ({layout}), found {shape}")
 
 
 def rename_deform_groups(cls_name: str) -> Callable[[_F], _F]:
@@ -238,13 +255,13 @@ def modulated_deform_conv2d(
     )
     points = weight.size(2) * weight.size(3)
     batch = input.size(0)
-    check_per_point(
+    offset = check_per_point(
         op, "offset", offset, (batch, deform_groups * 2 * points, *out_size),
-        "N, deform_groups * 2 * kh * kw, out_h, out_w",
+        "N, deform_groups * 2 * kh * kw, out_h, out_w", as_memory=True,
     )  # fmt: skip
-    check_per_point(
+    mask = check_per_point(
         op, "mask", mask, (batch, deform_groups * points, *out_size),
-        "N, deform_groups * kh * kw, out_h, out_w",
+        "N, deform_groups * kh * kw, out_h, out_w", as_memory=True,
     )  # fmt: skip
     if bias is not None and tuple(bias.shape) != (weight.size(0),):
         raise ValueError(

@@ -266,3 +266,24 @@ def test_pack_state_dict_round_trip():
     target.load_state_dict(state)
     for key, value in state.items():
         torch.testing.assert_close(target.state_dict()[key], value)
+
+
+def test_a_larger_offset_map_is_read_as_mmcvs_kernel_reads_its_memory():
+    """mmdet's DyHead gives its upper-level DCNv2 the offsets of the level below (twice
+    the size): mmcv reads each image's first C * out_h * out_w values, row-major."""
+    case = (2, 3, 3, 1, 1, 1, 1, 1)
+    inp, offset, mask, weight, bias = make(case, size=(3, 4))
+    big_offset = torch.randn(2, offset.size(1), 6, 8, dtype=offset.dtype)
+    big_mask = torch.rand(2, mask.size(1), 6, 8, dtype=mask.dtype)
+    as_read = [t.reshape(2, -1)[:, : s.numel() // 2].reshape(s.shape) for t, s in
+               ((big_offset, offset), (big_mask, mask))]  # fmt: skip
+    out = modulated_deform_conv2d(inp, big_offset, big_mask, weight, bias, 1, 1, 1, 1, 1)
+    expected = reference(inp, *as_read, weight, bias, 1, 1, 1, 1, 1)
+    torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-10)
+
+
+def test_a_smaller_offset_map_is_refused_naming_the_shapes():
+    case = (2, 3, 3, 1, 1, 1, 1, 1)
+    inp, offset, mask, weight, bias = make(case, size=(6, 8))
+    with pytest.raises(ValueError, match=r"offset must have shape \(2, 18, 6, 8\).*found"):
+        modulated_deform_conv2d(inp, offset[:, :, :3, :4], mask, weight, bias, 1, 1, 1, 1, 1)
