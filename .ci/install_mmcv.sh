@@ -33,7 +33,9 @@ MMCV_VERSION=1.7.2
 MMDET_VERSION=2.28.2
 
 # Pure-Python runtime deps of mmcv (addict, yapf, pyyaml, packaging, Pillow, numpy,
-# cv2) and of mmdet's data code (pycocotools, terminaltables, six, matplotlib, scipy).
+# cv2) and of mmdet's data code (pycocotools, terminaltables, six, matplotlib, scipy),
+# and scikit-learn, from mmdet's optional requirements: PAA's and LAD's assigners fit
+# a Gaussian mixture with it (tools/mmdet_zoo.py builds and trains those models).
 RUNTIME_DEPS=(
     "addict"
     "yapf==0.40.1"
@@ -47,6 +49,7 @@ RUNTIME_DEPS=(
     "six"
     "matplotlib"
     "scipy"
+    "scikit-learn"
 )
 
 already_installed() {
@@ -62,7 +65,7 @@ for name, version in want.items():
     except metadata.PackageNotFoundError:
         sys.exit(1)
 for name in ("addict", "yaml", "packaging", "PIL", "numpy", "cv2",
-             "pycocotools.coco", "terminaltables", "six", "matplotlib", "scipy"):
+             "pycocotools.coco", "terminaltables", "six", "matplotlib", "scipy", "sklearn"):
     try:
         __import__(name)
     except Exception:
