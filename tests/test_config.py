@@ -468,6 +468,16 @@ def test_python_dump_round_trips_any_literal_config(data: dict) -> None:
         assert Config.fromfile(path).to_dict() == data
 
 
+@pytest.mark.parametrize("key", ["µ", "ﬁle", "Ⅸ"])
+def test_python_dump_keeps_keys_that_python_would_read_as_other_names(key: str) -> None:
+    """Python reads identifiers in NFKC form: "µ" (micro sign) as "μ" (Greek mu)."""
+    data = {"a": {key: None}, "b": {key: 1, "x": 2}}
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "cfg.py"
+        Config(data).dump(path)
+        assert Config.fromfile(path).to_dict() == data
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.dictionaries(_NAMES, _values(True, _JSON_KEYS), max_size=5))
 def test_json_dump_round_trips_with_tuples_as_lists(data: dict) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import keyword
 import math
+import unicodedata
 from typing import Any, Mapping
 
 __all__ = ["check_dumpable", "format_python"]
@@ -14,7 +15,14 @@ _SCALARS = (type(None), bool, int, float, str)
 
 
 def _is_name(key: Any) -> bool:
-    return isinstance(key, str) and key.isidentifier() and not keyword.iskeyword(key)
+    # Python reads identifiers in NFKC form: ``dict(µ=1)`` has the key "μ" (Greek mu),
+    # not "µ" (micro sign). Only names that read back as themselves are written as names.
+    return (
+        isinstance(key, str)
+        and key.isidentifier()
+        and not keyword.iskeyword(key)
+        and unicodedata.normalize("NFKC", key) == key
+    )
 
 
 def _scalar(value: Any) -> str:
