@@ -18,6 +18,8 @@ without ``device_ids``. On a machine with GPUs nothing changes.
 
 from __future__ import annotations
 
+import functools
+import warnings
 from types import ModuleType
 from typing import Any, Callable
 
@@ -29,8 +31,18 @@ __all__ = ["enable_cpu_dist"]
 BUILD_DDP_MODULES = ("mmdet.utils.util_distribution", "mmseg.utils.util_distribution")
 
 
+_hooked = []
+
+
 def enable_cpu_dist() -> None:
-    """Mend mmcv's ``init_dist`` and mmdet's/mmseg's ``build_ddp`` for CPU-only processes."""
+    """Mend mmcv's ``init_dist`` and mmdet's/mmseg's ``build_ddp`` for CPU-only processes.
+
+    A config's ``dist_params.backend='nccl'`` (mmdet's default runtime) becomes gloo
+    there, with a warning: nccl needs a GPU.
+    """
+    if _hooked:
+        return
+    _hooked.append(True)
     on_import("mmcv.runner.dist_utils", _mend_init_dist)
     for name in BUILD_DDP_MODULES:
         on_import(name, _mend_build_ddp)
@@ -52,11 +64,20 @@ def _mend_init_dist(module: ModuleType) -> None:
     if getattr(original, "__mmpar_cpu__", False):
         return
 
+    @functools.wraps(original)
     def _init_dist_pytorch(backend: str, **kwargs: Any) -> None:
         if not _no_accelerator():
             return original(backend, **kwargs)
         from mmpar.dist import init_dist
 
+        if backend == "nccl":  # mmdet's default_runtime.py says nccl
+            warnings.warn(
+                "mmpar: dist_params.backend='nccl' needs a GPU and this process has none: "
+                "using gloo (set dist_params.backend='gloo' to silence this)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            backend = "gloo"
         init_dist("pytorch", backend=backend, **kwargs)
 
     _init_dist_pytorch.__mmpar_cpu__ = True  # type: ignore[attr-defined]
@@ -68,6 +89,7 @@ def _mend_build_ddp(module: ModuleType) -> None:
     if getattr(original, "__mmpar_cpu__", False):
         return
 
+    @functools.wraps(original)
     def build_ddp(model: Any, device: str = "cuda", *args: Any, **kwargs: Any) -> Any:
         if device != "cpu" or not _no_accelerator():
             return original(model, device, *args, **kwargs)
@@ -76,6 +98,5 @@ def _mend_build_ddp(module: ModuleType) -> None:
         kwargs.pop("device_ids", None)  # torch's DDP takes none for a CPU module
         return MMDistributedDataParallel(model, *args, **kwargs)
 
-    build_ddp.__doc__ = original.__doc__
     build_ddp.__mmpar_cpu__ = True  # type: ignore[attr-defined]
     module.build_ddp = build_ddp

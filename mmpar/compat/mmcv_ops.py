@@ -11,8 +11,11 @@ On the first import of ``mmcv.ops`` the ops are registered in mmcv's registries
 ``mmcv/ops/__init__.py`` does.
 
 A name that mmcv 1.x has and mmpar does not supply (``nms_rotated``, a 3D op) is
-an :class:`MissingOpError`, an ``ImportError`` of one line that names it and
-says what to do; ``from mmcv.ops import X`` passes it on unchanged.
+a :class:`MissingOpError`, an ``ImportError`` of one line that names it and
+says what to do; ``from mmcv.ops import X`` passes it on unchanged. Being an
+``ImportError``, it also escapes ``hasattr(mmcv.ops, X)`` and ``getattr(mmcv.ops,
+X, None)``: a model that looks an op up by name (mmdet's RoI extractors) stops
+there, with that line, rather than later with ``None``.
 """
 
 from __future__ import annotations
@@ -63,13 +66,20 @@ class MissingOpError(ImportError):
     """A name of mmcv 1.x's ``mmcv.ops`` that mmpar's ops do not supply."""
 
 
-def resolve_mode(mode: Optional[str]) -> str:
+def resolve_mode(mode: Optional[str], field: str = "ops") -> str:
     """``mode``, or ``$MMPAR_MMCV_OPS``, or ``"auto"``, checked.
 
+    Args:
+        mode: One of :data:`MODES`, or ``None`` for the environment's choice.
+        field: How the caller names ``mode`` in errors (``"--ops"`` for the command line).
+
+    Returns:
+        One of :data:`MODES`.
+
     Raises:
-        ValueError: not one of :data:`MODES`.
+        ValueError: not one of :data:`MODES`, naming ``field`` or the variable.
     """
-    source = "ops"
+    source = field
     if mode is None:
         mode, source = os.environ.get(ENV_VAR) or "auto", ENV_VAR
     if mode not in MODES:
@@ -99,9 +109,10 @@ def supply_mmcv_ops(mode: Optional[str] = None) -> str:
       do not load).
     * ``"mmpar"``: mmpar's always, also over a working mmcv-full.
 
-    The choice is written to ``$MMPAR_MMCV_OPS`` so that child processes (torchrun
-    workers, spawned DataLoader workers) make the same one. One line on stderr says
-    which ops are in use, once per process tree.
+    The choice is written to ``$MMPAR_MMCV_OPS`` so that child processes that patch
+    (torchrun ranks under ``python -m mmpar.compat.run``, scripts that call
+    :func:`~mmpar.compat.patch_mmcv`) make the same one. One line on stderr says
+    which ops are in use, once per process tree, from rank 0.
 
     Args:
         mode: One of :data:`MODES`; ``None`` reads ``$MMPAR_MMCV_OPS``.
@@ -113,12 +124,14 @@ def supply_mmcv_ops(mode: Optional[str] = None) -> str:
         ValueError: an unknown mode.
     """
     mode = resolve_mode(mode)
-    error = compiled_ops_error()
+    # No probe for "mmpar": it is the way out of an mmcv-full whose library may crash.
+    error = compiled_ops_error() if mode != "mmpar" else None
     if mode == "mmcv" or (mode == "auto" and error is None):
         in_use = "mmcv"
         reason = "mmcv's compiled ops load" if error is None else f"they do not load: {error}"
         if mode == "mmcv":
             reason = f"asked for (ops='mmcv'); {reason}"
+        _unmount()
     else:
         in_use = "mmpar"
         reason = "asked for (ops='mmpar')"
@@ -131,8 +144,13 @@ def supply_mmcv_ops(mode: Optional[str] = None) -> str:
     return in_use
 
 
+#: Where launchers put a process's global rank (torchrun, SLURM, Open MPI).
+_RANK_VARS = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK")
+
+
 def _announce(in_use: str, reason: str) -> None:
-    if os.environ.get(_ANNOUNCED_VAR) == in_use or os.environ.get("RANK", "0") != "0":
+    rank = next((os.environ[v] for v in _RANK_VARS if os.environ.get(v)), "0")
+    if os.environ.get(_ANNOUNCED_VAR) == in_use or rank != "0":
         return
     os.environ[_ANNOUNCED_VAR] = in_use
     whose = "mmpar's (torchvision and torch)" if in_use == "mmpar" else "mmcv-full's own"
@@ -157,8 +175,30 @@ def _mount() -> None:
             stacklevel=3,
         )
     mmcv = sys.modules.get("mmcv")
-    if mmcv is not None and hasattr(mmcv, "ops"):
+    if mmcv is not None and getattr(mmcv, "ops", None) not in (None, sys.modules.get(PACKAGE)):
         delattr(mmcv, "ops")  # the next ``import mmcv.ops`` sets it again, to mmpar's
+
+
+def _unmount() -> None:
+    """Take mmpar's finder away again (``ops="mmcv"`` after mmpar's were chosen)."""
+    finders = [f for f in sys.meta_path if isinstance(f, _OpsFinder)]
+    if not finders:
+        return
+    for finder in finders:
+        sys.meta_path.remove(finder)
+    ours = sorted(n for n, m in sys.modules.items() if getattr(m, "__mmpar_ops__", False))
+    for name in ours:
+        del sys.modules[name]
+    mmcv = sys.modules.get("mmcv")
+    if mmcv is not None and getattr(getattr(mmcv, "ops", None), "__mmpar_ops__", False):
+        delattr(mmcv, "ops")
+    if ours:
+        warnings.warn(
+            "mmpar: mmcv's own ops were chosen after mmpar's had been imported as mmcv.ops; "
+            "later imports get mmcv's, earlier ones keep mmpar's",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 def _in_package(name: str) -> bool:
@@ -232,17 +272,29 @@ def _package() -> ModuleType:
 
 
 def _submodule(name: str) -> ModuleType:
-    """Only names mmpar does not supply get here: the others are loaded with the package."""
-    if not _mmcv_names(name.rpartition(".")[2]):
+    """A module mmpar supplies that was taken out of ``sys.modules``, or the error."""
+    from mmpar.compat import ops
+
+    sub = name.rpartition(".")[2]
+    if sub in ops.MODULES:
+        source = ops.MODULES[sub]
+        return _stand_in(name, source, source.__all__, _mmcv_names(sub))
+    if not _mmcv_names(sub):
         raise ModuleNotFoundError(f"No module named {name!r} (mmcv has none either)", name=name)
     raise _missing(name)
 
 
 def _missing(what: str) -> MissingOpError:
+    if os.environ.get(ENV_VAR) == "mmpar":
+        todo = f"drop --ops=mmpar / {ENV_VAR}=mmpar to use mmcv-full's own ops"
+    else:
+        todo = (
+            "install an mmcv-full whose compiled ops load for your torch (mmpar then keeps "
+            "mmcv's ops)"
+        )
     return MissingOpError(
         f"{what} is not one of mmpar's ops, which serve mmcv.ops here ({_state['reason']}); "
-        "install an mmcv-full whose compiled ops load for your torch (mmpar then keeps "
-        "mmcv's ops), or replace this op in the model"
+        f"{todo}, or replace this op in the model"
     )
 
 
@@ -264,7 +316,10 @@ def _mmcv_names(module: str) -> FrozenSet[str]:
         elif isinstance(node, ast.Assign):
             names.update(t.id for t in node.targets if isinstance(t, ast.Name))
             if any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
-                names.update(ast.literal_eval(node.value))
+                try:
+                    names.update(ast.literal_eval(node.value))
+                except ValueError:  # not a literal: its names are read from the other nodes
+                    pass
         elif isinstance(node, ast.ImportFrom) and module == "__init__":
             names.update(a.asname or a.name for a in node.names)
     return frozenset(n for n in names if not n.startswith("_"))

@@ -97,6 +97,9 @@ def split_local_rank(argv: List[str]) -> Tuple[Optional[int], List[str]]:
 def split_ops(argv: List[str]) -> Tuple[Optional[str], List[str]]:
     """Take ``--ops=MODE`` or ``--ops MODE`` off the front of ``argv``.
 
+    Args:
+        argv: The arguments of ``python -m mmpar.compat.run``.
+
     Returns:
         ``(mode, rest)``: the mode as given (``None`` when absent) and the rest.
 
@@ -109,7 +112,7 @@ def split_ops(argv: List[str]) -> Tuple[Optional[str], List[str]]:
     flag, sep, value = rest.pop(0).partition("=")
     if not sep:
         if not rest:
-            raise ValueError("--ops: expected one of auto, mmcv, mmpar, got nothing")
+            raise ValueError(f"--ops: expected one of {', '.join(MODES)}, got nothing")
         value = rest.pop(0)
     return value, rest
 
@@ -131,9 +134,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         local_rank, argv = split_local_rank(argv)
         if ops is None:
             ops, argv = split_ops(argv)  # --local-rank comes first under the legacy launcher
-        if ops is not None and ops not in MODES:
-            raise ValueError(f"--ops: expected one of {', '.join(MODES)}, got {ops!r}")
-        ops = resolve_mode(ops)
+        ops = resolve_mode(ops, field="--ops")
     except ValueError as err:
         _fail(str(err))
     if local_rank is not None:

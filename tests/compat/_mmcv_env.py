@@ -41,7 +41,9 @@ CI installs mmcv 1.7.2 (pure Python, no compiled ops) and mmdet 2.28.2 with
 
 ``child_env(**extra) -> dict``
     ``os.environ`` plus ``PYTHONPATH`` = this checkout's root first (children
-    import this checkout's ``mmpar`` and the ``tests`` helpers), and ``extra``.
+    import this checkout's ``mmpar`` and the ``tests`` helpers), and ``extra``;
+    without ``$MMPAR_MMCV_OPS*``, so that each child chooses (and announces) its
+    ops itself.
 
 ``mmdet_train_pipeline(flip_ratio=0.5, img_scale=(96, 64)) -> list``
     mmdet's standard detection train pipeline as config dicts (loading, boxes,
@@ -82,7 +84,9 @@ __all__ = [
     "mmdet_train_pipeline",
     "requires_mmcv",
     "requires_mmdet",
+    "requires_mmpar_ops",
     "requires_torchvision",
+    "compiled_ops_installed",
     "torchvision_kernels",
     "write_small_coco",
 ]
@@ -194,6 +198,22 @@ requires_torchvision = pytest.mark.skipif(
 )
 
 
+def compiled_ops_installed() -> bool:
+    """Whether mmcv-full's compiled ops are installed (looked for, not imported)."""
+    spec = importlib.util.find_spec("mmcv")
+    folders = [] if spec is None else list(spec.submodule_search_locations or [])
+    return any(next(Path(folder).glob("_ext*.so"), None) for folder in folders)
+
+
+requires_mmpar_ops = pytest.mark.skipif(
+    compiled_ops_installed(),
+    reason="mmcv-full's compiled ops are installed: by default mmcv.ops stay mmcv's",
+)
+
+#: What ``supply_mmcv_ops`` writes to the environment for child processes.
+OPS_ENV_VARS = ("MMPAR_MMCV_OPS", "MMPAR_MMCV_OPS_ANNOUNCED")
+
+
 def install_stand_ins() -> None:
     if not _torchvision_importable():
         tv = types.ModuleType("torchvision")
@@ -206,7 +226,13 @@ def install_stand_ins() -> None:
     if torchvision_kernels():
         from mmpar.compat.mmcv_ops import supply_mmcv_ops
 
+        saved = {k: os.environ.get(k) for k in OPS_ENV_VARS}
         supply_mmcv_ops()
+        for key, value in saved.items():  # the tests' children choose, and announce, anew
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
         return
     import mmcv
 
@@ -220,7 +246,7 @@ def install_stand_ins() -> None:
 
 
 def child_env(**extra: str) -> dict:
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if k not in OPS_ENV_VARS}
     paths = [str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env.update(extra)

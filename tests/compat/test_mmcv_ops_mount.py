@@ -9,14 +9,21 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
-from tests.compat._mmcv_env import REPO_ROOT, child_env, requires_mmcv, requires_torchvision
+from tests.compat._mmcv_env import (
+    REPO_ROOT,
+    child_env,
+    requires_mmcv,
+    requires_mmpar_ops,
+    requires_torchvision,
+)
 
-pytestmark = [requires_mmcv, requires_torchvision]
+pytestmark = [requires_mmcv, requires_mmpar_ops, requires_torchvision]
 
-_ENV_VARS = ("MMPAR_MMCV_OPS", "MMPAR_MMCV_OPS_ANNOUNCED")
+_ENV_VARS = ("MMPAR_MMCV_OPS", "MMPAR_MMCV_OPS_ANNOUNCED", "RANK", "SLURM_PROCID")
 
 
 def _run(code: str, *args: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
@@ -59,6 +66,9 @@ def test_without_compiled_ops_mmcv_ops_are_mmpars_under_mmcvs_names() -> None:
         assert nms_module.batched_nms is ours.batched_nms
         assert mmcv.ops.nms is ours.nms  # the function wins the package attribute, as in mmcv
         assert RoIAlign is ours_align.RoIAlign and roi_align is ours_align.roi_align
+        from mmcv.ops import Conv2d
+        from mmcv.cnn.bricks.wrappers import Conv2d as mmcv_conv
+        assert Conv2d is mmcv_conv
         from mmpar.compat.mmcv_ops import ops_in_use
         print(ops_in_use())
         """
@@ -84,6 +94,15 @@ def test_ops_are_registered_in_mmcvs_registries_as_mmcv_registers_its_own() -> N
         assert type(dcn2) is modulated_deform_conv.ModulatedDeformConv2dPack, type(dcn2)
         _, bn = build_norm_layer(dict(type="MMSyncBN"), 8)
         assert type(bn) is sync_bn.SyncBatchNorm, type(bn)
+        from mmcv.cnn import build_upsample_layer, build_plugin_layer
+        from mmcv.cnn.bricks.registry import ATTENTION, CONV_LAYERS
+        up = build_upsample_layer(dict(type="carafe", channels=8, scale_factor=2))
+        assert type(up) is MODULES["carafe"].CARAFEPack, type(up)
+        _, cca = build_plugin_layer(dict(type="CrissCrossAttention", in_channels=8))
+        assert type(cca) is MODULES["cc_attention"].CrissCrossAttention, type(cca)
+        assert ATTENTION.get("MultiScaleDeformableAttention") is (
+            MODULES["multi_scale_deform_attn"].MultiScaleDeformableAttention)
+        assert CONV_LAYERS.get("SAC") is MODULES["saconv"].SAConv2d
         print("ok")
         """
     )
@@ -221,7 +240,7 @@ def test_an_unknown_ops_mode_is_a_value_error_naming_the_choices() -> None:
     assert _ok(proc).strip() == "ops: expected one of auto, mmcv, mmpar, got 'mmdet'"
 
 
-def test_the_choice_and_the_one_line_reach_child_processes_once(tmp_path) -> None:
+def test_the_choice_and_the_one_line_reach_child_processes_once(tmp_path: Path) -> None:
     script = tmp_path / "parent.py"
     script.write_text(
         textwrap.dedent(
@@ -241,7 +260,7 @@ def test_the_choice_and_the_one_line_reach_child_processes_once(tmp_path) -> Non
     assert len(_announcements(proc)) == 1, proc.stderr
 
 
-def test_run_refuses_a_bad_ops_in_one_error_line(tmp_path) -> None:
+def test_run_refuses_a_bad_ops_in_one_error_line(tmp_path: Path) -> None:
     script = tmp_path / "noop.py"
     script.write_text("")
     proc = _run("", "-m", "mmpar.compat.run", "--ops", "fast", str(script))
@@ -269,3 +288,69 @@ def test_patching_after_mmcv_ops_was_imported_warns_and_later_imports_get_mmpars
     )
     out = _ok(proc)
     assert "mmcv.ops had been imported before mmpar's ops were put in place" in out, out
+
+
+def test_patching_twice_keeps_mmcv_ops() -> None:
+    proc = _run(
+        """
+        from mmpar.compat import patch_mmcv
+        patch_mmcv()
+        import mmcv.ops
+        first = mmcv.ops
+        patch_mmcv()
+        import mmcv.ops
+        assert mmcv.ops is first and callable(mmcv.ops.nms)
+        print("ok")
+        """
+    )
+    assert _ok(proc).split() == ["ok"]
+    assert len(_announcements(proc)) == 1, proc.stderr
+
+
+def test_a_rank_other_than_0_does_not_announce() -> None:
+    proc = _run(
+        """
+        from mmpar.compat import patch_mmcv
+        patch_mmcv()
+        from mmcv.ops import nms
+        print("ok")
+        """,
+        RANK="1",
+    )
+    assert _ok(proc).split() == ["ok"]
+    assert _announcements(proc) == [], proc.stderr
+
+
+def test_choosing_mmcv_after_mmpar_takes_mmpars_finder_away() -> None:
+    proc = _run(
+        """
+        import warnings
+        from mmpar.compat import patch_mmcv
+        from mmpar.compat.mmcv_ops import supply_mmcv_ops, ops_in_use
+        patch_mmcv(ops="mmpar")
+        import mmcv.ops
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            supply_mmcv_ops("mmcv")
+        assert any("mmcv's own ops were chosen" in str(w.message) for w in caught)
+        try:
+            import mmcv.ops
+        except ModuleNotFoundError as err:
+            print(ops_in_use(), err.name)
+        """
+    )
+    assert _ok(proc).split() == ["mmcv", "mmcv._ext"]
+
+
+def test_a_bad_mode_in_the_environment_names_the_variable() -> None:
+    proc = _run(
+        """
+        from mmpar.compat import patch_mmcv
+        try:
+            patch_mmcv()
+        except ValueError as err:
+            print(err)
+        """,
+        MMPAR_MMCV_OPS="fast",
+    )
+    assert _ok(proc).strip() == ("MMPAR_MMCV_OPS: expected one of auto, mmcv, mmpar, got 'fast'")

@@ -32,7 +32,12 @@ import pytest
 
 from tests._coco_files import write_coco_files
 from tests._dist_helpers import free_port, run_launcher
-from tests.compat._mmcv_env import child_env, requires_mmdet, requires_torchvision
+from tests.compat._mmcv_env import (
+    child_env,
+    compiled_ops_installed,
+    requires_mmdet,
+    requires_torchvision,
+)
 
 pytestmark = [requires_mmdet, requires_torchvision, pytest.mark.slow]
 
@@ -163,13 +168,6 @@ def _draw_set(root: Path, n_landscape: int, n_portrait: int, seed: int) -> Tuple
     return ann_file, img_prefix
 
 
-def mmcv_ext_installed() -> bool:
-    """Whether mmcv-full's compiled ops are installed (looked for, not imported)."""
-    spec = importlib.util.find_spec("mmcv")
-    folders = [] if spec is None else list(spec.submodule_search_locations or [])
-    return any(next(Path(folder).glob("_ext*.so"), None) for folder in folders)
-
-
 def mmdet_mim() -> Path:
     spec = importlib.util.find_spec("mmdet")
     if spec is None or spec.origin is None:
@@ -182,7 +180,7 @@ def mmdet_mim() -> Path:
 
 @pytest.fixture(scope="module")
 def config(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if mmcv_ext_installed():
+    if compiled_ops_installed():
         pytest.skip("mmcv-full's compiled ops are installed: by default mmcv.ops stay mmcv's")
     root = tmp_path_factory.mktemp("mmdet_e2e")
     train_ann, train_img = _draw_set(root / "train", *TRAIN_IMAGES, seed=0)

@@ -5,8 +5,9 @@ per module of mmcv's ``mmcv/ops`` that it replaces, with mmcv's names,
 signatures and defaults. :mod:`mmpar.compat.mmcv_ops` mounts them as
 ``mmcv.ops`` where mmcv's compiled ops do not load.
 
-``SAConv2d`` subclasses mmcv's ``ConvAWS2d``: it is built on first access, so
-this package imports without mmcv.
+``SAConv2d`` subclasses mmcv's ``ConvAWS2d``, and ``Conv2d``, ``ConvTranspose2d``,
+``Linear`` and ``MaxPool2d`` are mmcv's own layers: they are looked up on first
+access, so this package imports without mmcv.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import sys
 from types import ModuleType
 from typing import Any, Dict
 
-from mmpar.compat.ops import saconv
+from mmpar.compat.ops import deprecated_wrappers, saconv
 from mmpar.compat.ops.bbox import bbox_overlaps
 from mmpar.compat.ops.carafe import CARAFE, CARAFENaive, CARAFEPack, carafe, carafe_naive
 from mmpar.compat.ops.cc_attention import CrissCrossAttention
@@ -69,6 +70,7 @@ MODULES: Dict[str, ModuleType] = {
         "corner_pool",
         "deform_conv",
         "deform_roi_pool",
+        "deprecated_wrappers",
         "focal_loss",
         "info",
         "masked_conv",
@@ -132,10 +134,16 @@ __all__ = [
     "ConcatCell",
     "SumCell",
     "GlobalPoolingCell",
+    "Conv2d",
+    "ConvTranspose2d",
+    "Linear",
+    "MaxPool2d",
 ]
 
 
 def __getattr__(name: str) -> Any:
     if name == "SAConv2d":
         return saconv.SAConv2d
+    if name in deprecated_wrappers.__all__:
+        return getattr(deprecated_wrappers, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
