@@ -60,7 +60,7 @@ import sys
 import time
 import traceback
 import warnings
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, NoReturn, Optional, Sequence, Tuple
 
@@ -263,14 +263,15 @@ def import_custom_modules(cfg: Any) -> None:
 
 
 def _dicts(tree: Any) -> Iterator[dict]:
-    """Every dict in a config tree, parents first."""
-    if isinstance(tree, dict):
-        yield tree
-        for value in tree.values():
-            yield from _dicts(value)
-    elif isinstance(tree, (list, tuple)):
-        for value in tree:
-            yield from _dicts(value)
+    """Every dict in a config tree, shallower ones first (breadth first)."""
+    queue = deque([tree])
+    while queue:
+        node = queue.popleft()
+        if isinstance(node, dict):
+            yield node
+            queue.extend(node.values())
+        elif isinstance(node, (list, tuple)):
+            queue.extend(node)
 
 
 def _is_pretrained(init: Any) -> bool:
@@ -318,8 +319,8 @@ def _teacher_path(path: str, configs_root: Path) -> Path:
 def _pipeline_transforms(dataset_cfg: Any) -> Tuple[List[dict], Optional[dict]]:
     """Every transform of a dataset config's pipelines (wrappers included) and its Collect.
 
-    The Collect is the outermost one: a dataset wrapper's (``MultiImageMixDataset``)
-    pipeline runs last.
+    The Collect is the outermost one (the shallowest): a dataset wrapper's
+    (``MultiImageMixDataset``) pipeline runs last.
     """
     transforms = [n for n in _dicts(dataset_cfg) if isinstance(n.get("type"), str)]
     collect = next((t for t in transforms if t["type"] == "Collect"), None)
@@ -342,7 +343,6 @@ class Needs:
         )
         loads = [t for t in train if t["type"] in ("LoadAnnotations", "LoadPanopticAnnotations")]
         self.polygons = any(t.get("with_mask") and t.get("poly2mask") is False for t in loads)
-        self.panoptic = any(t["type"] == "LoadPanopticAnnotations" for t in loads)
         # Fixed-size resizing or padding, or batches of one image: every image of a batch
         # has the same shape (YOLACT, SSD) or padded shape (Mask2Former, MaskFormer) in
         # training, and some heads rely on it.
@@ -654,17 +654,32 @@ def run_config(
             result,
             status="FAIL",
             stage=stage,
-            error=f"{type(exc).__name__}: {_one_line(exc)}",
+            error=f"{type(exc).__name__}: {_explain(_one_line(exc))}",
             traceback="".join(lines)[-4000:],
         )
     return dict(result, status="PASS")
 
 
-def _one_line(exc: BaseException, limit: int = 300) -> str:
+def _one_line(exc: BaseException, limit: int = 200) -> str:
     text = " ".join(
         (str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)).split()
     )
-    return text[:limit] if text else "(no message)"
+    if len(text) > limit:
+        return text[: limit - 3] + "..."
+    return text or "(no message)"
+
+
+def _explain(message: str) -> str:
+    """Say what torch's message in a forked child means where there is no GPU at all.
+
+    ``import mmcv`` queries CUDA, so torch calls every forked child a bad fork for
+    CUDA and answers its first CUDA call so, not with "no GPU".
+    """
+    import torch
+
+    if "re-initialize CUDA in forked subprocess" in message and torch.cuda.device_count() == 0:
+        return f"the model calls CUDA, and this machine has no GPU (torch: {message})"
+    return message
 
 
 def _missing_optional(exc: BaseException) -> Optional[str]:
@@ -972,10 +987,13 @@ def by_dir_table(results: List[dict]) -> str:
     for directory, rs in groups.items():
         passed = sum(r["status"] == "PASS" for r in rs)
         counted = sum(r["status"] != "SKIP" for r in rs)
+        reasons: Dict[str, List[str]] = OrderedDict()  # one note per distinct reason
+        for r in rs:
+            if r["status"] == "FAIL":
+                reasons.setdefault(f"{r['stage']}: {r['error']}", []).append(r["config"])
         notes = [
-            f"`{Path(r['config']).name}`: {r['stage']}: {r['error']}".replace("|", "\\|")
-            for r in rs
-            if r["status"] == "FAIL"
+            f"{_names(configs, counted)}: {reason}".replace("|", "\\|")
+            for reason, configs in reasons.items()
         ]
         skipped = [r for r in rs if r["status"] == "SKIP"]
         if skipped:
@@ -983,6 +1001,12 @@ def by_dir_table(results: List[dict]) -> str:
             notes.append(f"{len(skipped)} skipped ({'; '.join(reasons)})")
         rows.append(f"| {directory} | {passed}/{counted} | {'<br>'.join(notes)} |")
     return "\n".join(rows)
+
+
+def _names(configs: List[str], counted: int) -> str:
+    if len(configs) == counted > 1:
+        return f"all {counted}"
+    return ", ".join(f"`{Path(c).name}`" for c in configs)
 
 
 def write_json(path: str, results: List[dict], root: Path, ops: str) -> None:

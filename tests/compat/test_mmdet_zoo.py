@@ -30,6 +30,19 @@ SKIP_REASONS = {
     "needs sklearn",
     "no model (a dataset or schedule config)",
 }
+#: Model directories whose first config fails for a reason outside mmpar (mmdet 2.28.2 on a
+#: CPU-only machine with numpy 2), and the reason: (stage, part of the error). Each must
+#: still fail so: once one passes, or fails otherwise, the test says so.
+KNOWN_FAILURES = {
+    # mmdet's IoUBalancedNegSampler uses np.int, which numpy 1.24 removed.
+    "libra_rcnn": ("train", "module 'numpy' has no attribute 'int'"),
+    # mmdet's mask pasting on the CPU (_do_paste_mask with skip_empty, box by box) breaks on
+    # a box that lies wholly outside the image; QueryInst does not clip its boxes, and with
+    # random weights some lie outside.
+    "queryinst": ("test", "upper bound and lower bound inconsistent with step sign"),
+    # RepPointsHead.get_points leaves valid_flags' device at its default, 'cuda'.
+    "reppoints": ("train", "the model calls CUDA, and this machine has no GPU"),
+}
 LINE = re.compile(r"^(PASS|FAIL|SKIP)  (\S+)  (.*)$")
 
 
@@ -185,11 +198,23 @@ def test_one_config_of_every_model_directory_trains_and_tests(tmp_path: Path) ->
     assert len({r["dir"] for r in results}) == len(results) == summary["configs"]
     assert len(results) >= 90  # mmdet 2.28 has 92 model directories
     assert {r["reason"] for r in results if r["status"] == "SKIP"} <= SKIP_REASONS
-    failed = [
-        f"{r['config']}  {r['stage']}: {r['error']}" for r in results if r["status"] == "FAIL"
+    unexpected = [
+        f"{r['config']}  {r['stage']}: {r['error']}"
+        for r in results
+        if r["status"] == "FAIL" and not is_known_failure(r)
     ]
-    assert not failed, "\n".join(failed)
-    assert proc.returncode == 0
-    assert f"pass rate 100.0% ({summary['passed']}/{summary['passed']} counted)" in proc.stdout
+    assert not unexpected, "\n".join(unexpected)
+    by_dir = {r["dir"]: r for r in results}
+    mended = [d for d in KNOWN_FAILURES if d in by_dir and not is_known_failure(by_dir[d])]
+    assert not mended, f"no longer failing as KNOWN_FAILURES says: {mended}"
+    assert proc.returncode == (1 if summary["failed"] else 0)
+    rate = f"({summary['passed']}/{summary['counted']} counted)"
+    assert f"summary: {summary['passed']} passed, {summary['failed']} failed" in proc.stdout
+    assert rate in proc.stdout
     lines = config_lines(proc.stdout)
     assert sorted(lines) == sorted(r["config"] for r in results)
+
+
+def is_known_failure(result: dict) -> bool:
+    stage, error = KNOWN_FAILURES.get(result["dir"], (None, None))
+    return result["status"] == "FAIL" and result["stage"] == stage and error in result["error"]
