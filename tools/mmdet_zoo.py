@@ -343,6 +343,10 @@ class Needs:
         )
         loads = [t for t in train if t["type"] in ("LoadAnnotations", "LoadPanopticAnnotations")]
         self.polygons = any(t.get("with_mask") and t.get("poly2mask") is False for t in loads)
+        # Semantic maps: LoadAnnotations reads PNGs (uint8); LoadPanopticAnnotations makes
+        # them from panopticapi's ids (int32).
+        panoptic = any(t["type"] == "LoadPanopticAnnotations" for t in loads)
+        self.seg_dtype = "int32" if panoptic else "uint8"
         # Fixed-size resizing or padding, or batches of one image: every image of a batch
         # has the same shape (YOLACT, SSD) or padded shape (Mask2Former, MaskFormer) in
         # training, and some heads rely on it.
@@ -515,7 +519,6 @@ def train_sample(
         shape: (height, width) of the image.
         pad: (height, width) it is padded to.
     """
-    import numpy as np
     import torch
 
     from mmpar import DataContainer as DC
@@ -533,7 +536,7 @@ def train_sample(
             sample[key] = DC(_masks(boxes, pad, needs.polygons), cpu_only=True)
         elif key == "gt_semantic_seg":
             size = tuple(int(round(s * needs.seg_scale)) for s in pad)
-            seg = rng.integers(0, needs.seg_classes, size).astype(np.int64)
+            seg = rng.integers(0, needs.seg_classes, size).astype(needs.seg_dtype)
             sample[key] = DC(torch.from_numpy(seg[None]), padding_value=255, stack=True)
         elif key == "proposals":
             sample[key] = DC(torch.from_numpy(_proposals(rng, boxes, shape)))

@@ -108,6 +108,12 @@ def test_a_configs_root_that_is_no_folder_is_one_error_line(tmp_path: Path) -> N
     error_line(run_tool("--configs-root", str(tmp_path)), "--configs-root", "no model directory")
 
 
+def test_a_json_path_in_a_missing_folder_is_refused_before_any_run(tmp_path: Path) -> None:
+    root = write_configs(tmp_path / "configs", {"retina/a.py": "x = 1\n"})
+    out = tmp_path / "missing" / "zoo.json"
+    error_line(run_tool("--configs-root", str(root), "--json", str(out)), "--json", str(out))
+
+
 def test_without_mmdet_the_tool_says_so() -> None:
     proc = run_tool("--one-per-dir", prefix="import sys; sys.modules['mmdet'] = None")
     error_line(proc, "mmdet is not installed")
