@@ -12,7 +12,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.nn.modules.utils import _pair, _single
+from torch.nn.modules.utils import _pair
 
 from mmpar.compat.ops.backend import torchvision_ops
 from mmpar.compat.ops.modulated_deform_conv import (
@@ -23,6 +23,7 @@ from mmpar.compat.ops.modulated_deform_conv import (
     conv_geometry,
     load_old_offset_keys,
     rename_deform_groups,
+    set_conv_attributes,
 )
 
 __all__ = ["DeformConv2d", "DeformConv2dPack", "deform_conv2d"]
@@ -130,26 +131,11 @@ class DeformConv2d(nn.Module):
         super().__init__()
         if bias:
             raise ValueError(f"DeformConv2d: bias={bias!r} is not supported (as mmcv)")
-        if groups < 1 or in_channels % groups or out_channels % groups:
-            raise ValueError(
-                f"DeformConv2d: in_channels ({in_channels}) and out_channels ({out_channels}) "
-                f"must be divisible by groups ({groups})"
-            )
-        self.in_channels = in_channels
-        self.out_channels = out_channels
-        self.kernel_size = _pair(kernel_size)
-        self.stride = _pair(stride)
-        self.padding = _pair(padding)
-        self.dilation = _pair(dilation)
-        self.groups = groups
-        self.deform_groups = deform_groups
+        set_conv_attributes(
+            self, "DeformConv2d", in_channels, out_channels, kernel_size, stride, padding,
+            dilation, groups, deform_groups,
+        )  # fmt: skip
         self.im2col_step = im2col_step
-        # nn.Conv2d's attributes, which mmcv's conv builders read.
-        self.transposed = False
-        self.output_padding = _single(0)
-        self.weight = nn.Parameter(
-            torch.empty(out_channels, in_channels // groups, *self.kernel_size)
-        )
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

@@ -161,6 +161,46 @@ def check_per_point(
     raise ValueError(f"mmcv.ops.{op}: {name} must have shape {expected} ({layout}), found {shape}")
 
 
+def set_conv_attributes(
+    module: nn.Module,
+    cls_name: str,
+    in_channels: int,
+    out_channels: int,
+    kernel_size: IntPair,
+    stride: IntPair,
+    padding: IntPair,
+    dilation: IntPair,
+    groups: int,
+    deform_groups: int,
+) -> None:
+    """Sets a deformable conv's geometry, ``nn.Conv2d``'s attributes and its empty weight.
+
+    ``weight``: (out_channels, in_channels // groups, kh, kw), for ``reset_parameters``.
+
+    Raises:
+        ValueError: the channels are not divisible by ``groups``.
+    """
+    if groups < 1 or in_channels % groups or out_channels % groups:
+        raise ValueError(
+            f"{cls_name}: in_channels ({in_channels}) and out_channels "
+            f"({out_channels}) must be divisible by groups ({groups})"
+        )
+    module.in_channels = in_channels
+    module.out_channels = out_channels
+    module.kernel_size = _pair(kernel_size)
+    module.stride = _pair(stride)
+    module.padding = _pair(padding)
+    module.dilation = _pair(dilation)
+    module.groups = groups
+    module.deform_groups = deform_groups
+    # nn.Conv2d's attributes, which mmcv's conv builders read.
+    module.transposed = False
+    module.output_padding = _single(0)
+    module.weight = nn.Parameter(
+        torch.empty(out_channels, in_channels // groups, *module.kernel_size)
+    )
+
+
 def rename_deform_groups(cls_name: str) -> Callable[[_F], _F]:
     """Accepts mmcv's deprecated ``deformable_groups=`` for ``deform_groups=``, with a warning."""
 
@@ -313,25 +353,10 @@ class ModulatedDeformConv2d(nn.Module):
         bias: bool | str = True,
     ) -> None:
         super().__init__()
-        if groups < 1 or in_channels % groups or out_channels % groups:
-            raise ValueError(
-                f"ModulatedDeformConv2d: in_channels ({in_channels}) and out_channels "
-                f"({out_channels}) must be divisible by groups ({groups})"
-            )
-        self.in_channels = in_channels
-        self.out_channels = out_channels
-        self.kernel_size = _pair(kernel_size)
-        self.stride = _pair(stride)
-        self.padding = _pair(padding)
-        self.dilation = _pair(dilation)
-        self.groups = groups
-        self.deform_groups = deform_groups
-        # nn.Conv2d's attributes, which mmcv's conv builders read.
-        self.transposed = False
-        self.output_padding = _single(0)
-        self.weight = nn.Parameter(
-            torch.empty(out_channels, in_channels // groups, *self.kernel_size)
-        )
+        set_conv_attributes(
+            self, "ModulatedDeformConv2d", in_channels, out_channels, kernel_size, stride,
+            padding, dilation, groups, deform_groups,
+        )  # fmt: skip
         if bias:
             self.bias = nn.Parameter(torch.empty(out_channels))
         else:
