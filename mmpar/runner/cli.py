@@ -207,9 +207,12 @@ def start_launcher(launcher: str, local_rank: Optional[int], cfg: Config) -> boo
 
 
 #: How torch words a failure of the process group itself (a dead, hung or unreachable
-#: peer) in a plain RuntimeError: gloo's and nccl's messages name their source.
+#: peer) in a plain RuntimeError: gloo's and nccl's messages mostly name their source;
+#: gloo's "Application timeout caused pair closure" (a collective that timed out on a
+#: connection gloo had already closed) does not.
 _GROUP_FAILURE = re.compile(
-    r"gloo|NCCL|c10d|ProcessGroup|Timed out waiting|Connection (closed|reset|refused)|Broken pipe"
+    r"gloo|NCCL|c10d|ProcessGroup|Timed out waiting|Connection (closed|reset|refused)"
+    r"|Broken pipe|pair closure"
 )
 
 
