@@ -111,7 +111,9 @@ def test_load_image_without_pillow(png, monkeypatch):
     for name in ("PIL", "PIL.Image", "PIL.ImageOps"):
         monkeypatch.setitem(sys.modules, name, None)
     with pytest.raises(ImportError, match=r"pip install -e .\.\[images\]."):
-        LoadImageFromFile()(dict(img_prefix=str(folder), img_info=dict(filename="a.png")))
+        LoadImageFromFile(backend="pillow")(
+            dict(img_prefix=str(folder), img_info=dict(filename="a.png"))
+        )
 
 
 def test_load_image_from_array():
@@ -256,7 +258,9 @@ def test_resize_errors():
         Resize((0, 10))
     with pytest.raises(ValueError, match=r"img_scale\[1\]"):
         Resize([(10, 10), (5,)])
-    assert repr(Resize()) == "Resize(img_scale=(1333, 800), keep_ratio=True)"
+    assert repr(Resize(backend="torch")) == (
+        "Resize(img_scale=(1333, 800), keep_ratio=True, backend='torch')"
+    )
 
 
 # ---------------------------------------------------------------- flip

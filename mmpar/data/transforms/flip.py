@@ -6,12 +6,14 @@ import random
 from typing import Tuple
 
 import numpy as np
+import torch
 
 from mmpar.data.transforms._fields import bbox_fields, image_shape, img_fields, seg_fields
+from mmpar.data.transforms.backends import opencv
 from mmpar.registry import TRANSFORMS
 from mmpar.utils.checks import is_number
 
-__all__ = ["RandomFlip", "flip_boxes"]
+__all__ = ["RandomFlip", "flip_array", "flip_boxes"]
 
 _DIRECTIONS = ("horizontal", "vertical", "diagonal")
 
@@ -29,14 +31,22 @@ def flip_boxes(boxes: np.ndarray, img_hw: Tuple[int, int], direction: str) -> np
     return out
 
 
-def _flip_array(arr: np.ndarray, direction: str) -> np.ndarray:
-    if direction == "horizontal":
-        arr = arr[:, ::-1]
-    elif direction == "vertical":
-        arr = arr[::-1]
-    else:
-        arr = arr[::-1, ::-1]
-    return np.ascontiguousarray(arr)
+#: OpenCV's flip codes.
+_CV2_CODES = {"horizontal": 1, "vertical": 0, "diagonal": -1}
+_AXES = {"horizontal": (1,), "vertical": (0,), "diagonal": (0, 1)}
+#: The dtypes OpenCV's flip takes.
+_CV2_DTYPES = (np.uint8, np.int8, np.uint16, np.int16, np.int32, np.float32, np.float64)
+
+
+def flip_array(arr: np.ndarray, direction: str) -> np.ndarray:
+    """A mirrored copy of an ``(H, W, ...)`` array (OpenCV's flip where installed:
+    numpy's reversed-stride copy is several times slower)."""
+    cv2 = opencv()
+    if cv2 is not None and arr.ndim in (2, 3) and arr.dtype in _CV2_DTYPES and arr.size:
+        out = cv2.flip(np.ascontiguousarray(arr), _CV2_CODES[direction])
+        return out.reshape(arr.shape)  # one channel comes back 2-D
+    t = torch.from_numpy(np.ascontiguousarray(arr))
+    return t.flip(_AXES[direction]).numpy()
 
 
 @TRANSFORMS.register_module()
@@ -95,7 +105,7 @@ class RandomFlip:
                 f"{results['img_shape'][:2]}; flip before padding"
             )
         for key in img_fields(results) + seg_fields(results):
-            results[key] = _flip_array(results[key], direction)
+            results[key] = flip_array(results[key], direction)
         for key in bbox_fields(results):
             results[key] = flip_boxes(results[key], shape[:2], direction)
         results["flip_direction"] = direction

@@ -23,6 +23,7 @@ import torch
 
 from mmpar.data.transforms._fields import require
 from mmpar.data.transforms.compose import KeepsSize
+from mmpar.data.transforms.planar import channels_first
 from mmpar.data_container import DataContainer
 from mmpar.registry import TRANSFORMS
 from mmpar.stacking import round_up
@@ -93,7 +94,9 @@ class DefaultFormatBundle(KeepsSize):
     """Convert the usual fields to tensors in :class:`~mmpar.data_container.DataContainer`.
 
     * ``img`` ``(H, W, C)`` (or ``(H, W)``) numpy -> ``(C, H, W)`` tensor of the same
-      dtype (uint8 stays uint8), stacked with ``padding_value=pad_val["img"]``;
+      dtype (uint8 stays uint8), stacked with ``padding_value=pad_val["img"]``; the
+      tensor shares the memory of a planar image (what ``Normalize`` and ``Pad``
+      write, see :mod:`~mmpar.data.transforms.planar`) and copies any other once;
     * ``proposals``, ``gt_bboxes``, ``gt_bboxes_ignore`` -> float32 ``(K, 4)``
       tensors (``(0, 4)`` for none), ``gt_labels`` -> int64 ``(K,)``: per-image
       containers, neither stacked nor cpu_only;
@@ -194,7 +197,7 @@ class DefaultFormatBundle(KeepsSize):
                 norm, batch_pad_val=padding_value, pad_val=norm.get("pad_val", padding_value)
             )
             padding_value = 0
-        tensor = array_to_tensor(img.transpose(2, 0, 1), contiguous=True)
+        tensor = array_to_tensor(channels_first(img), contiguous=True)
         results["img"] = DataContainer(
             tensor, stack=True, padding_value=padding_value, size_divisor=self.size_divisor
         )

@@ -14,6 +14,7 @@ from typing import Any, Optional
 import numpy as np
 
 from mmpar.data.transforms._fields import add_field, check_boxes, require
+from mmpar.data.transforms.backends import opencv, resolve_backend
 from mmpar.data.transforms.compose import KeepsSize
 from mmpar.registry import TRANSFORMS
 
@@ -58,14 +59,36 @@ def _set_image(results: dict, img: np.ndarray, to_float32: bool) -> dict:
     return results
 
 
+def _decode_cv2(path: str, channel_order: str) -> Optional[np.ndarray]:
+    """A colour image file decoded by OpenCV (EXIF orientation applied), or None when
+    OpenCV cannot decode it."""
+    cv2 = opencv()
+    with open(path, "rb") as f:  # not cv2.imread: it cannot say why a path failed
+        data = np.frombuffer(f.read(), dtype=np.uint8)
+    rgb = channel_order == "rgb" and hasattr(cv2, "IMREAD_COLOR_RGB")  # OpenCV >= 4.10
+    img = (
+        cv2.imdecode(data, cv2.IMREAD_COLOR_RGB if rgb else cv2.IMREAD_COLOR) if data.size else None
+    )
+    if img is None or img.dtype != np.uint8:
+        return None
+    if channel_order == "rgb" and not rgb:
+        img = cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+    return img
+
+
 @TRANSFORMS.register_module()
 class LoadImageFromFile(KeepsSize):
-    """Decode ``img_prefix / img_info["filename"]`` with Pillow into an HWC uint8 array.
+    """Decode ``img_prefix / img_info["filename"]`` into an HWC uint8 array.
 
     The image is RGB (``channel_order="rgb"``, the default), or BGR for configs
     written for OpenCV-loaded images; the order is recorded in
     ``results["channel_order"]`` for :class:`~mmpar.data.transforms.Normalize`. The
-    EXIF orientation is applied, as OpenCV does.
+    EXIF orientation is applied.
+
+    Colour images are decoded by OpenCV where it is installed (about twice as
+    fast as Pillow; the same pixels, see :mod:`~mmpar.data.transforms.backends`),
+    and by Pillow otherwise or when OpenCV cannot read the file; grayscale images
+    by Pillow.
 
     Sets ``img`` (``(H, W, 3)``, or ``(H, W, 1)`` for ``"grayscale"``), ``filename``,
     ``ori_filename``, ``img_shape``, ``ori_shape``, ``channel_order`` and
@@ -75,22 +98,31 @@ class LoadImageFromFile(KeepsSize):
         to_float32: Convert the image to float32 (otherwise uint8).
         color_type: ``"color"`` (3 channels) or ``"grayscale"`` (1 channel).
         channel_order: ``"rgb"`` or ``"bgr"`` (keyword only).
+        backend: ``"auto"``, ``"cv2"`` or ``"pillow"`` (keyword only): the
+            library that decodes colour images; ``"auto"`` is OpenCV if installed.
 
     Raises:
-        ValueError: Unknown ``color_type``/``channel_order``; at call time, a file
-            Pillow cannot decode (the message names it).
+        ValueError: Unknown ``color_type``/``channel_order``/``backend``; at call
+            time, a file that cannot be decoded (the message names it).
         FileNotFoundError: At call time, the image file does not exist.
-        ImportError: At call time, Pillow is missing.
+        ImportError: ``backend="cv2"`` without OpenCV; at call time, Pillow is
+            missing where it is needed.
     """
 
     def __init__(
-        self, to_float32: bool = False, color_type: str = "color", *, channel_order: str = "rgb"
+        self,
+        to_float32: bool = False,
+        color_type: str = "color",
+        *,
+        channel_order: str = "rgb",
+        backend: str = "auto",
     ) -> None:
         _check_choice(color_type, _COLOR_TYPES, "LoadImageFromFile: color_type")
         _check_choice(channel_order, _CHANNEL_ORDERS, "LoadImageFromFile: channel_order")
         self.to_float32 = bool(to_float32)
         self.color_type = color_type
         self.channel_order = channel_order
+        self.backend = resolve_backend(backend, "pillow", "LoadImageFromFile")
 
     def __call__(self, results: dict) -> dict:
         info = require(results, "img_info", "LoadImageFromFile")
@@ -103,11 +135,15 @@ class LoadImageFromFile(KeepsSize):
         return _set_image(results, img, self.to_float32)
 
     def _decode(self, path: str) -> np.ndarray:
+        if not osp.isfile(path):
+            raise FileNotFoundError(f"LoadImageFromFile: image file {path!r} does not exist")
+        if self.backend == "cv2" and self.color_type == "color":
+            img = _decode_cv2(path, self.channel_order)
+            if img is not None:
+                return img
         image_mod = import_pil("LoadImageFromFile")
         from PIL import ImageOps, UnidentifiedImageError
 
-        if not osp.isfile(path):
-            raise FileNotFoundError(f"LoadImageFromFile: image file {path!r} does not exist")
         try:
             with image_mod.open(path) as pil:
                 pil = ImageOps.exif_transpose(pil)
@@ -126,7 +162,7 @@ class LoadImageFromFile(KeepsSize):
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(to_float32={self.to_float32}, color_type={self.color_type!r}, "
-            f"channel_order={self.channel_order!r})"
+            f"channel_order={self.channel_order!r}, backend={self.backend!r})"
         )
 
 

@@ -10,20 +10,13 @@ from __future__ import annotations
 
 from typing import Optional, Tuple, Union
 
-import numpy as np
-
 from mmpar.data.transforms._fields import check_pair, image_shape, img_fields, seg_fields
+from mmpar.data.transforms.planar import pad_image
 from mmpar.registry import TRANSFORMS
 from mmpar.stacking import round_up
 from mmpar.utils.checks import check_positive_int, is_number
 
 __all__ = ["Pad"]
-
-
-def _pad_array(arr: np.ndarray, size_hw: Tuple[int, int], value: Union[int, float]) -> np.ndarray:
-    out = np.full(tuple(size_hw) + arr.shape[2:], value, dtype=arr.dtype)
-    out[: arr.shape[0], : arr.shape[1]] = arr
-    return out
 
 
 def _check_number(value: object, argument: str) -> None:
@@ -103,9 +96,9 @@ class Pad:
         for key in img_fields(results):
             # Normalized on the device later: the raw margin is a placeholder (0),
             # overwritten there.
-            results[key] = _pad_array(results[key], target, 0 if on_device else self.pad_val)
+            results[key] = pad_image(results[key], target, 0 if on_device else self.pad_val)
         for key in seg_fields(results):
-            results[key] = _pad_array(results[key], target, self.seg_pad_val)
+            results[key] = pad_image(results[key], target, self.seg_pad_val)
         results["pad_shape"] = results[img_fields(results)[0]].shape
         if on_device:
             # The raw margin is normalized on the device; record what the worker

@@ -8,10 +8,12 @@ import numpy as np
 import torch
 
 from mmpar.data.transforms._fields import img_fields
+from mmpar.data.transforms.backends import opencv
 from mmpar.data.transforms.compose import KeepsSize
+from mmpar.data.transforms.planar import empty_planar
 from mmpar.registry import TRANSFORMS
 
-__all__ = ["Normalize"]
+__all__ = ["Normalize", "normalize_image"]
 
 
 def _vector(values: Sequence[float], argument: str) -> np.ndarray:
@@ -27,6 +29,55 @@ def _vector(values: Sequence[float], argument: str) -> np.ndarray:
             f"got {values!r}"
         )
     return arr
+
+
+def _lookup_table(mean: np.ndarray, std: np.ndarray) -> np.ndarray:
+    """``(C, 256)`` float32: ``(v - mean[c]) / std[c]`` for every uint8 value ``v``,
+    computed as the float32 arithmetic on the image would."""
+    values = np.arange(256, dtype=np.float32)
+    return (values[None, :] - mean[:, None]) / std[:, None]
+
+
+def normalize_image(
+    img: np.ndarray, mean: np.ndarray, std: np.ndarray, swap_rb: bool = False
+) -> np.ndarray:
+    """``(img - mean) / std`` per channel in float32, written plane by plane.
+
+    Each output channel is one pass over the pixels: a table lookup for uint8
+    images (the 256 possible values of each channel computed once, with the same
+    float32 arithmetic), a subtraction and a division for the others. The result
+    is planar (see :mod:`mmpar.data.transforms.planar`), so that formatting it
+    into a ``(C, H, W)`` tensor copies nothing.
+
+    Args:
+        img: ``(H, W, C)`` image (``(H, W)`` is taken as one channel).
+        mean: ``(C,)`` float32.
+        std: ``(C,)`` float32, no zeros.
+        swap_rb: Reverse the channel order (BGR to RGB) on the way.
+
+    Returns:
+        A float32 ``(H, W, C)`` array over ``(C, H, W)`` memory (``(H, W)`` stays 2-D).
+    """
+    squeeze = img.ndim == 2
+    if squeeze:
+        img = img[:, :, None]
+    channels = img.shape[2]
+    out = empty_planar(img.shape, np.float32)
+    table = _lookup_table(mean, std) if img.dtype == np.uint8 else None
+    cv2 = opencv()
+    planes = cv2.split(img) if cv2 is not None and table is not None and channels <= 4 else None
+    for c in range(channels):
+        src_c = channels - 1 - c if swap_rb else c
+        dst = out[:, :, c]
+        if planes is not None:
+            cv2.LUT(planes[src_c], table[c], dst=dst)
+        elif table is not None:
+            np.take(table[c], img[:, :, src_c], out=dst, mode="clip")  # no bounds buffer
+        else:
+            dst[...] = img[:, :, src_c]
+            np.subtract(dst, mean[c], out=dst)
+            np.divide(dst, std[c], out=dst)
+    return out[:, :, 0] if squeeze else out
 
 
 @TRANSFORMS.register_module()
@@ -97,12 +148,7 @@ class Normalize(KeepsSize):
         for key in img_fields(results):
             img = results[key]
             self._check_channels(key, img)
-            if swap:
-                img = img[..., ::-1]
-            out = img.astype(np.float32)  # a new array: the in-place steps below are safe
-            out -= self.mean
-            out /= self.std
-            results[key] = out
+            results[key] = normalize_image(img, self.mean, self.std, swap)
         if swap:
             results["channel_order"] = "rgb"
         results["img_norm_cfg"] = dict(

@@ -20,6 +20,7 @@ from mmpar.data.transforms._fields import (
     img_fields,
     seg_fields,
 )
+from mmpar.data.transforms.backends import opencv, resolve_backend
 from mmpar.registry import TRANSFORMS
 from mmpar.transfer import array_to_tensor
 
@@ -41,16 +42,33 @@ def rescale_size(w: int, h: int, scale: Sequence[int]) -> Tuple[int, int]:
     return max(1, int(w * factor + 0.5)), max(1, int(h * factor + 0.5))
 
 
-def resize_image(img: np.ndarray, size_hw: Tuple[int, int]) -> np.ndarray:
+#: The dtypes OpenCV's resize takes.
+_CV2_DTYPES = (np.uint8, np.uint16, np.int16, np.float32, np.float64)
+
+
+def resize_image(img: np.ndarray, size_hw: Tuple[int, int], backend: str = "torch") -> np.ndarray:
     """Bilinear resize of an ``(H, W, C)`` array to ``size_hw``, keeping its dtype.
 
-    Uses ``torch.nn.functional.interpolate`` (``align_corners=False``, no
-    antialiasing, like OpenCV's ``INTER_LINEAR``). uint8 images take torch's
-    native uint8 kernel where it exists (results rounded to the nearest integer);
-    other integer images are rounded and clipped to their dtype's range.
+    Half-pixel centres (``align_corners=False``) and no antialiasing, with either
+    library:
+
+    * ``"cv2"``: OpenCV's ``INTER_LINEAR`` (fixed-point weights for integer
+      images), for the dtypes it takes (uint8, uint16, int16, float32, float64)
+      and up to 512 channels; others go to torch;
+    * ``"torch"``: ``torch.nn.functional.interpolate``. uint8 images take torch's
+      native uint8 kernel where it exists (results rounded to the nearest
+      integer); other integer images are rounded and clipped to their dtype's range.
+
+    For uint8 images both are within one grey level of exact bilinear sampling.
     """
     if img.shape[:2] == tuple(size_hw):
         return img.copy()
+    cv2 = opencv() if backend == "cv2" else None
+    if cv2 is not None and img.dtype in _CV2_DTYPES and img.ndim == 3 and img.shape[2] <= 512:
+        out = cv2.resize(
+            np.ascontiguousarray(img), (size_hw[1], size_hw[0]), interpolation=cv2.INTER_LINEAR
+        )
+        return out.reshape(tuple(size_hw) + img.shape[2:])  # one channel comes back 2-D
     t = array_to_tensor(img, contiguous=True).permute(2, 0, 1)[None]
     if img.dtype == np.uint8:
         try:
@@ -96,16 +114,28 @@ class Resize:
     are multiplied by it and clipped to the new image; maps are resized with
     nearest neighbour.
 
+    Images are resized by OpenCV where it is installed, by torch otherwise (see
+    :func:`resize_image`: both bilinear, uint8 pixels within one grey level of
+    each other's exact value).
+
     Args:
         img_scale: One ``(w, h)`` pair or a list of them.
         keep_ratio: Keep the aspect ratio (see above).
+        backend: ``"auto"``, ``"cv2"`` or ``"torch"`` (keyword only): the library
+            that resizes images; ``"auto"`` is OpenCV if installed.
 
     Raises:
-        ValueError: ``img_scale`` is not a pair or list of pairs of positive ints.
+        ValueError: ``img_scale`` is not a pair or list of pairs of positive ints,
+            or an unknown ``backend``.
+        ImportError: ``backend="cv2"`` without OpenCV.
     """
 
     def __init__(
-        self, img_scale: Union[Scale, Sequence[Scale]] = (1333, 800), keep_ratio: bool = True
+        self,
+        img_scale: Union[Scale, Sequence[Scale]] = (1333, 800),
+        keep_ratio: bool = True,
+        *,
+        backend: str = "auto",
     ) -> None:
         if isinstance(img_scale, list) and img_scale and isinstance(img_scale[0], (tuple, list)):
             scales = [check_pair(s, f"Resize: img_scale[{i}]") for i, s in enumerate(img_scale)]
@@ -113,6 +143,7 @@ class Resize:
             scales = [check_pair(img_scale, "Resize: img_scale")]
         self.img_scale: List[Scale] = scales
         self.keep_ratio = bool(keep_ratio)
+        self.backend = resolve_backend(backend, "torch", "Resize")
 
     def output_size(self, height: int, width: int) -> Tuple[int, int]:
         """The ``(height, width)`` a ``height x width`` image is resized to.
@@ -133,7 +164,7 @@ class Resize:
         scale = check_pair(tuple(results["scale"]), "Resize: results['scale']")
         new_w, new_h = rescale_size(w, h, scale) if self.keep_ratio else scale
         for key in img_fields(results):
-            results[key] = resize_image(results[key], (new_h, new_w))
+            results[key] = resize_image(results[key], (new_h, new_w), self.backend)
         factor = np.array([new_w / w, new_h / h] * 2, dtype=np.float32)
         for key in bbox_fields(results):
             boxes = results[key] * factor
@@ -151,4 +182,7 @@ class Resize:
 
     def __repr__(self) -> str:
         scale = self.img_scale[0] if len(self.img_scale) == 1 else self.img_scale
-        return f"{type(self).__name__}(img_scale={scale}, keep_ratio={self.keep_ratio})"
+        return (
+            f"{type(self).__name__}(img_scale={scale}, keep_ratio={self.keep_ratio}, "
+            f"backend={self.backend!r})"
+        )
