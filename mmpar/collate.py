@@ -178,6 +178,12 @@ def _collate_containers(
                     f"{_name(path)}: {flag} must agree across samples, sample 0 has "
                     f"{getattr(elem, flag)!r}, sample {i} has {getattr(s, flag)!r}"
                 )
+        if (s.pixel_norm is None) != (elem.pixel_norm is None):
+            raise ValueError(
+                f"{_name(path)}: sample 0 has {'a' if elem.pixel_norm else 'no'} pixel_norm, "
+                f"sample {i} has {'one' if s.pixel_norm else 'none'}; normalize every sample "
+                "the same way"
+            )
     chunks = [samples[i : i + samples_per_gpu] for i in range(0, len(samples), samples_per_gpu)]
     if elem.cpu_only:
         return elem.with_data([[s.data for s in chunk] for chunk in chunks])
@@ -189,8 +195,7 @@ def _collate_containers(
         [
             _claim_stack(
                 elem,
-                [s.data for s in chunk],
-                [s.padding_value for s in chunk],
+                chunk,
                 c,
                 layout,
                 _chunk_name(path, c, c * samples_per_gpu, len(chunk)),
@@ -202,20 +207,27 @@ def _collate_containers(
 
 def _claim_stack(
     elem: DataContainer,
-    tensors: List[Any],
-    values: List[Any],
-    chunk: int,
+    chunk: List[DataContainer],
+    index: int,
     layout: BatchLayout,
     field: str,
 ) -> Tuple[Optional[Claim], Any]:
     """Claim a chunk's padded stack in the buffer, or stack it now when its tensors
-    cannot live there (on a GPU, tracking gradients)."""
+    cannot live there (on a GPU, tracking gradients). Raw pixels with a
+    :class:`~mmpar.pixel_norm.PixelNorm` are normalized as they are written."""
+    values = [s.padding_value for s in chunk]
+    tensors = [s.raw_data for s in chunk]
     if not all(map(bufferable, tensors)):
+        tensors = [s.data for s in chunk]  # normalized now, if they ask for it
         return None, pad_stack(tensors, elem.pad_dims, values, elem.size_divisor, field=field)
-    shape, fills = plan_stack(tensors, elem.pad_dims, values, elem.size_divisor, field=field)
+    norms = [s.pixel_norm for s in chunk] if elem.pixel_norm is not None else None
+    dtype = torch.float32 if norms else tensors[0].dtype
+    shape, fills = plan_stack(
+        tensors, elem.pad_dims, values, elem.size_divisor, field=field, dtype=dtype
+    )
     pad_dims = elem.pad_dims
     claim = layout.claim_stack(
-        chunk, shape, tensors[0].dtype, lambda out: fill_stack(out, tensors, pad_dims, fills)
+        index, shape, dtype, lambda out: fill_stack(out, tensors, pad_dims, fills, norms)
     )
     return claim, None
 

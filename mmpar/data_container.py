@@ -10,6 +10,7 @@ import torch
 
 from mmpar.batch_buffer import BatchBuffer, Slot, Spec, chunk_data, matches, strip
 from mmpar.pinning import pin_structure
+from mmpar.pixel_norm import PixelNorm
 from mmpar.utils.checks import is_int, is_number
 
 __all__ = ["DataContainer", "as_container", "container_classes"]
@@ -70,12 +71,20 @@ class DataContainer:
             trailing dimensions padded when stacking.
         size_divisor: With ``stack=True`` and an integer ``pad_dims``, pad each
             padded dimension up to a multiple of this (e.g. 32 for FPN backbones).
+        pixel_norm: With ``stack=True``, a ``(C, H, W)`` tensor of raw pixels and
+            how to normalize them (:class:`~mmpar.pixel_norm.PixelNorm`):
+            :func:`mmpar.collate` writes the normalized float32 image straight
+            into the batch, and :attr:`data` is that image (made on first use);
+            :attr:`raw_data` is what was given. Containers made from this one
+            with :meth:`with_data` hold other data and drop it.
 
     Raises:
         ValueError: ``pad_dims`` outside {None, 1, 2, 3}; ``size_divisor`` that is
             not a positive integer, or given without ``stack=True`` and an integer
-            ``pad_dims``.
-        TypeError: ``padding_value`` that is not a number.
+            ``pad_dims``; ``pixel_norm`` without ``stack=True`` or with data it
+            does not fit.
+        TypeError: ``padding_value`` that is not a number; ``pixel_norm`` that is
+            not a PixelNorm, or around data that is not a tensor.
     """
 
     __slots__ = (
@@ -85,11 +94,21 @@ class DataContainer:
         "_cpu_only",
         "_pad_dims",
         "_size_divisor",
+        "_pixel_norm",
+        "_normalized",
         "_buffer",
         "_specs",
         "_built",
     )
-    _FLAGS = ("_data", "_stack", "_padding_value", "_cpu_only", "_pad_dims", "_size_divisor")
+    _FLAGS = (
+        "_data",
+        "_stack",
+        "_padding_value",
+        "_cpu_only",
+        "_pad_dims",
+        "_size_divisor",
+        "_pixel_norm",
+    )
 
     def __init__(
         self,
@@ -99,8 +118,11 @@ class DataContainer:
         cpu_only: bool = False,
         pad_dims: Optional[int] = 2,
         size_divisor: Optional[int] = None,
+        pixel_norm: Optional[PixelNorm] = None,
     ) -> None:
         pad_dims = _check_pad_dims(pad_dims)
+        if pixel_norm is not None:
+            _check_pixel_norm(pixel_norm, data, stack)
         # numbers.Real also admits numpy scalars such as ``np.float32(0.5)``.
         if not is_number(padding_value):
             raise TypeError(
@@ -124,6 +146,8 @@ class DataContainer:
         self._cpu_only = bool(cpu_only)
         self._pad_dims = pad_dims
         self._size_divisor = size_divisor
+        self._pixel_norm = pixel_norm
+        self._normalized: Optional[torch.Tensor] = None
         self._buffer: Optional[BatchBuffer] = None
         self._specs: Tuple[Spec, ...] = ()
         self._built: Tuple[Any, ...] = ()
@@ -141,27 +165,46 @@ class DataContainer:
         return (raws,) + state[1:] + (buffer, specs)
 
     def __setstate__(self, state: tuple) -> None:
+        self._pixel_norm = None  # absent from the state of older versions
         for name, value in zip(self._FLAGS, state):
             object.__setattr__(self, name, value)
+        self._normalized = None
         self._buffer, self._specs, self._built = None, (), ()
-        if len(state) > len(self._FLAGS):
+        if len(state) > len(self._FLAGS):  # only collated containers, which have no pixel_norm
             buffer, specs = state[len(self._FLAGS) :]
             self._attach(buffer, specs, chunk_data(buffer, specs, self._data))
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self._data!r})"
+        return f"{type(self).__name__}({self.data!r})"
 
     def __len__(self) -> int:
         return len(self._data)
 
     @property
     def data(self) -> Any:
-        """The wrapped value (after collate: a list with one entry per chunk)."""
+        """The wrapped value (after collate: a list with one entry per chunk); with a
+        :attr:`pixel_norm`, the normalized float32 image."""
+        if self._pixel_norm is None:
+            return self._data
+        if self._normalized is None:
+            self._normalized = self._pixel_norm.apply(self._data)
+        return self._normalized
+
+    @property
+    def raw_data(self) -> Any:
+        """The value as given: with a :attr:`pixel_norm`, the raw pixels; else :attr:`data`."""
         return self._data
+
+    @property
+    def pixel_norm(self) -> Optional[PixelNorm]:
+        """How collate normalizes the raw pixels as it stacks them, or None."""
+        return self._pixel_norm
 
     @property
     def datatype(self) -> Union[str, type]:
         """``tensor.type()`` (e.g. ``'torch.FloatTensor'``) for a tensor, else ``type(data)``."""
+        if self._pixel_norm is not None:
+            return "torch.FloatTensor"
         if isinstance(self._data, torch.Tensor):
             return self._data.type()
         return type(self._data)
@@ -202,10 +245,11 @@ class DataContainer:
                 f"DataContainer.{name}() needs tensor data, this one holds "
                 f"{type(self._data).__name__}"
             )
-        return getattr(self._data, name)
+        return getattr(self._data, name)  # a PixelNorm keeps the shape
 
     def with_data(self, data: Any) -> "DataContainer":
-        """A container with the same flags around other data."""
+        """A container with the same flags around other data (without :attr:`pixel_norm`,
+        which describes this container's own raw pixels)."""
         return DataContainer(
             data,
             stack=self._stack,
@@ -264,10 +308,20 @@ class DataContainer:
             return self
         buffered = self.buffer
         if buffered is None:
-            return self.with_data(pin_structure(self._data))
+            return self.with_data(pin_structure(self.data))
         buffer, specs = buffered
         raws = [pin_structure(strip(d, s)) for d, s in zip(self._data, specs)]
         return self.with_buffer(buffer.pinned(), specs, raws)
+
+
+def _check_pixel_norm(pixel_norm: Any, data: Any, stack: bool) -> None:
+    if not isinstance(pixel_norm, PixelNorm):
+        raise TypeError(
+            f"DataContainer: pixel_norm must be a PixelNorm, got {type(pixel_norm).__name__}"
+        )
+    if not stack:
+        raise ValueError("DataContainer: pixel_norm needs stack=True, got stack=False")
+    pixel_norm.check(data, "DataContainer")
 
 
 #: Where mmcv 1.x keeps its DataContainer. Looked up in ``sys.modules`` only:

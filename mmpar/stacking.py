@@ -10,6 +10,8 @@ from typing import List, Optional, Sequence, Tuple, Union
 import torch
 import torch.utils.data
 
+from mmpar.pixel_norm import PixelNorm
+
 __all__ = [
     "round_up",
     "padded_shape",
@@ -162,10 +164,12 @@ def plan_stack(
     padding_values: Union[Number, Sequence[Number]] = 0,
     size_divisor: Optional[int] = None,
     field: str = "tensors",
+    dtype: Optional[torch.dtype] = None,
 ) -> Tuple[Tuple[int, ...], List[Number]]:
     """Check that tensors can be padded and stacked, and say how.
 
-    Arguments as :func:`pad_stack`.
+    Arguments as :func:`pad_stack`; ``dtype`` is the stack's when it is not the
+    tensors' (float32 for raw pixels normalized on the way, see :func:`fill_stack`).
 
     Returns:
         ``(shape, values)``: the stacked shape ``(N, *lead, p_1, ..., p_k)`` and
@@ -184,7 +188,7 @@ def plan_stack(
             f"{field}: padding_values must be one number or one per sample, got "
             f"{len(padding_values)} values for {len(tensors)} samples"
         )
-    dtype = tensors[0].dtype
+    dtype = tensors[0].dtype if dtype is None else dtype
     values = [_fill_value(v, dtype, field, i) for i, v in enumerate(padding_values)]
     shape = (len(tensors),) + padded_shape([t.shape for t in tensors], pad_dims, size_divisor)
     return shape, values
@@ -195,6 +199,7 @@ def fill_stack(
     tensors: Sequence[torch.Tensor],
     pad_dims: Optional[int],
     values: Sequence[Number],
+    norms: Optional[Sequence[Optional[PixelNorm]]] = None,
 ) -> None:
     """Write each tensor into its corner of ``out`` and fill only the margins.
 
@@ -203,11 +208,18 @@ def fill_stack(
         tensors: The ``N`` samples.
         pad_dims: As :func:`pad_stack`.
         values: One padding value per sample, as :func:`plan_stack` gave them.
+        norms: Per sample, None or the :class:`~mmpar.pixel_norm.PixelNorm` that
+            normalizes its raw ``(C, H, W)`` pixels into the float32 ``out``.
     """
     k = 0 if pad_dims is None else pad_dims
-    for sample, t, value in zip(out, tensors, values):
+    norms = norms or [None] * len(tensors)
+    for sample, t, value, norm in zip(out, tensors, values, norms):
         _fill_margins(sample, t.shape, k, value)
-        sample[tuple(slice(0, s) for s in t.shape)].copy_(t)
+        corner = sample[tuple(slice(0, s) for s in t.shape)]
+        if norm is None:
+            corner.copy_(t)
+        else:
+            norm.write(corner, t)
 
 
 def pad_stack(

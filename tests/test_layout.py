@@ -31,6 +31,7 @@ CORE = {
     "device_norm",
     "devices",
     "pinning",
+    "pixel_norm",
     "scatter_gather",
     "gather",
     "stacking",

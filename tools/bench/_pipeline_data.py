@@ -208,3 +208,17 @@ class PipelineDataset(Dataset):
 
     def __getitem__(self, i: int) -> dict:
         return self.pipeline(copy.deepcopy(self.inputs[i % len(self.inputs)]))
+
+
+def orientation_batches(inputs: List[dict], batch: int, length: int) -> List[dict]:
+    """``length`` input dicts, each run of ``batch`` of one orientation (landscape, then
+    portrait, ...), cycling over the files of that orientation: the batches mmdet's
+    ``GroupSampler`` (and mmpar's ``build_dataloader``) make, padded to their own shape.
+    """
+    landscape = [x for x in inputs if x["img_info"]["width"] >= x["img_info"]["height"]]
+    portrait = [x for x in inputs if x["img_info"]["width"] < x["img_info"]["height"]]
+    groups = [g for g in (landscape, portrait) if g]
+    return [
+        groups[(i // batch) % len(groups)][i % batch % len(groups[(i // batch) % len(groups)])]
+        for i in range(length)
+    ]

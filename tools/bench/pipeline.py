@@ -20,9 +20,9 @@ its time / files), the collate of the pass's samples as one batch of
 into collate, so pipeline + collate is the fair figure), and a pass calling the
 steps one by one, each timed. Figures are medians over rounds; ratios to mmdet
 are medians of the per-round (loaders: per-epoch) ratios. Last, images/s of a
-2-worker DataLoader per variant (batches of 16, 64 samples per epoch cycling over
-the files, quick: 16; one untimed epoch each, then 5 epochs each, quick: 1, the
-loaders alternating).
+2-worker DataLoader per variant (batches of 16, each of one orientation as mmdet's
+``GroupSampler`` makes them, 192 samples per epoch cycling over the files, quick:
+16; one untimed epoch each, then 5 epochs each, quick: 1, the loaders alternating).
 Without mmdet (or mmcv) only mmpar's variants are measured.
 """
 
@@ -182,7 +182,9 @@ def loader_rates(variants: Dict[str, Variant], length: int, epochs: int) -> Dict
     fork = "fork" if sys.platform.startswith("linux") else None
     loaders = {
         name: DataLoader(
-            data.PipelineDataset(v.pipeline, v.inputs, length),
+            data.PipelineDataset(
+                v.pipeline, data.orientation_batches(v.inputs, BATCH, length), length
+            ),
             batch_size=BATCH,
             num_workers=WORKERS,
             collate_fn=v.collate,
@@ -266,7 +268,7 @@ def verdicts(times: Dict[str, Dict[str, List[float]]], rates: Dict[str, List[flo
 
 
 def run(quick: bool = False) -> str:
-    n_files, rounds, length, epochs = (4, 2, 16, 1) if quick else (16, 15, 64, 5)
+    n_files, rounds, length, epochs = (4, 2, 16, 1) if quick else (16, 15, 192, 5)
     with data.one_thread(), tempfile.TemporaryDirectory(prefix="mmpar_bench_jpeg_") as folder:
         files = data.write_images(folder, n_files)
         kb = statistics.mean(os.path.getsize(os.path.join(folder, f.name)) for f in files) / 1e3
@@ -301,7 +303,8 @@ def run(quick: bool = False) -> str:
     lines += summary_table(times) + ["", "Step by step (ms/image, medians):", ""]
     lines += step_table(times, steps) + [""]
     lines += [
-        f"DataLoader, {WORKERS} workers, batches of {BATCH}, {length} samples per epoch; "
+        f"DataLoader, {WORKERS} workers, batches of {BATCH} (each of one orientation), "
+        f"{length} samples per epoch; "
         f"median over {epochs} epoch(s) per loader, alternating:",
         "",
     ]

@@ -94,6 +94,7 @@ class Compose:
                     f"got {type(step).__name__} {step!r}"
                 )
             self.transforms.append(step)
+        _defer_normalize(self.transforms)
 
     def __call__(self, results: dict) -> Optional[dict]:
         for step in self.transforms:
@@ -118,3 +119,19 @@ class Compose:
     def __repr__(self) -> str:
         lines = "".join(f"    {step!r},\n" for step in self.transforms)
         return f"{type(self).__name__}([\n{lines}])"
+
+
+def _defer_normalize(steps: List[Any]) -> None:
+    """Replace a step that can defer its work to collate (``Normalize``, see
+    :meth:`~mmpar.data.transforms.Normalize.deferred`) by its deferred twin when
+    every later step only moves pixels (declares ``forwards_raw_pixels``) and one
+    of them packs the work into the image's container (``packs_raw_pixels``)."""
+    for i, step in enumerate(steps):
+        later = steps[i + 1 :]
+        if (
+            callable(getattr(step, "deferred", None))
+            and later
+            and all(getattr(s, "forwards_raw_pixels", False) for s in later)
+            and any(getattr(s, "packs_raw_pixels", False) for s in later)
+        ):
+            steps[i] = step.deferred()

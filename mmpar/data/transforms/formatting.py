@@ -23,8 +23,10 @@ import torch
 
 from mmpar.data.transforms._fields import require
 from mmpar.data.transforms.compose import KeepsSize
+from mmpar.data.transforms.photometric import DEFERRED_NORM
 from mmpar.data.transforms.planar import channels_first
 from mmpar.data_container import DataContainer
+from mmpar.pixel_norm import PixelNorm
 from mmpar.registry import TRANSFORMS
 from mmpar.stacking import round_up
 from mmpar.transfer import array_to_tensor
@@ -124,6 +126,10 @@ class DefaultFormatBundle(KeepsSize):
             image or map of the wrong rank.
     """
 
+    #: Only moves pixels, and packs a deferred Normalize's work (see Normalize.deferred).
+    forwards_raw_pixels = True
+    packs_raw_pixels = True
+
     def __init__(
         self,
         pad_val: Mapping[str, Number] = dict(img=0, seg=255),
@@ -197,9 +203,25 @@ class DefaultFormatBundle(KeepsSize):
                 norm, batch_pad_val=padding_value, pad_val=norm.get("pad_val", padding_value)
             )
             padding_value = 0
-        tensor = array_to_tensor(channels_first(img), contiguous=True)
+        deferred = results.pop(DEFERRED_NORM, None)
+        if deferred is not None:
+            # Collate normalizes while it copies: no (C, H, W) copy of the raw pixels here.
+            norm = PixelNorm(
+                mean=tuple(map(float, deferred["mean"])),
+                std=tuple(map(float, deferred["std"])),
+                swap_rb=bool(deferred["swap_rb"]),
+                content_hw=tuple(int(s) for s in deferred["content_hw"]),
+                margin=deferred["margin"],
+            )
+            tensor = array_to_tensor(img.transpose(2, 0, 1))
+        else:
+            norm, tensor = None, array_to_tensor(channels_first(img), contiguous=True)
         results["img"] = DataContainer(
-            tensor, stack=True, padding_value=padding_value, size_divisor=self.size_divisor
+            tensor,
+            stack=True,
+            padding_value=padding_value,
+            size_divisor=self.size_divisor,
+            pixel_norm=norm,
         )
 
     def __repr__(self) -> str:
@@ -224,6 +246,9 @@ class Collect(KeepsSize):
         KeyError: At call time, a key or meta key is missing from the results; the
             message names it.
     """
+
+    #: Only moves pixels: a Normalize before it may be deferred to collate.
+    forwards_raw_pixels = True
 
     def __init__(self, keys: Sequence[str], meta_keys: Sequence[str] = DEFAULT_META_KEYS) -> None:
         self.keys = self._check(keys, "keys")

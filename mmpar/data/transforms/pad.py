@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Optional, Tuple, Union
 
 from mmpar.data.transforms._fields import check_pair, image_shape, img_fields, seg_fields
+from mmpar.data.transforms.photometric import DEFERRED_NORM
 from mmpar.data.transforms.planar import pad_image
 from mmpar.registry import TRANSFORMS
 from mmpar.stacking import round_up
@@ -26,6 +27,9 @@ def _check_number(value: object, argument: str) -> None:
 
 @TRANSFORMS.register_module()
 class Pad:
+    #: Only moves pixels: a :class:`Normalize` before it may be deferred to collate.
+    forwards_raw_pixels = True
+
     """Pad images and maps at the bottom and right, to a fixed size or a multiple.
 
     ``img_shape`` (the content) is unchanged and boxes do not move; records
@@ -93,10 +97,14 @@ class Pad:
         target = self.output_size(*image_shape(results, "Pad")[:2])
         norm = results.get("img_norm_cfg")
         on_device = isinstance(norm, dict) and bool(norm.get("on_device"))
+        deferred = results.get(DEFERRED_NORM)
+        raw = on_device or deferred is not None
         for key in img_fields(results):
-            # Normalized on the device later: the raw margin is a placeholder (0),
-            # overwritten there.
-            results[key] = pad_image(results[key], target, 0 if on_device else self.pad_val)
+            # Normalized later (on the device, or by collate): the raw margin is a
+            # placeholder (0), overwritten there.
+            results[key] = pad_image(results[key], target, 0 if raw else self.pad_val)
+        if deferred is not None:
+            results[DEFERRED_NORM] = dict(deferred, margin=self.pad_val)
         for key in seg_fields(results):
             results[key] = pad_image(results[key], target, self.seg_pad_val)
         results["pad_shape"] = results[img_fields(results)[0]].shape

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Sequence, Union
 
 import numpy as np
@@ -13,7 +14,11 @@ from mmpar.data.transforms.compose import KeepsSize
 from mmpar.data.transforms.planar import empty_planar
 from mmpar.registry import TRANSFORMS
 
-__all__ = ["Normalize", "normalize_image"]
+__all__ = ["Normalize", "normalize_image", "DEFERRED_NORM"]
+
+#: The results key under which a deferred :class:`Normalize` leaves its work for
+#: ``Pad`` and ``DefaultFormatBundle`` (see :meth:`Normalize.deferred`).
+DEFERRED_NORM = "_deferred_normalize"
 
 
 def _vector(values: Sequence[float], argument: str) -> np.ndarray:
@@ -141,10 +146,34 @@ class Normalize(KeepsSize):
             )
         self.on_device = on_device
 
+    #: A twin made by :meth:`deferred`: records, and collate normalizes.
+    _deferred = False
+
+    def deferred(self) -> "Normalize":
+        """A twin that leaves the pixels raw and has collate normalize them (worker side).
+
+        :class:`~mmpar.data.transforms.Compose` uses it when every later step only
+        moves the pixels (``Pad``, ``DefaultFormatBundle``, ``Collect``): the
+        twin keeps the image as it is and records, under :data:`DEFERRED_NORM`,
+        what to do; ``Pad`` adds its margin value and ``DefaultFormatBundle``
+        turns it into the container's :class:`~mmpar.pixel_norm.PixelNorm`, so
+        that :func:`mmpar.collate` writes ``(img - mean) / std`` straight into the
+        batch. The batch, the metas and ``container.data`` are what this step
+        gives, bit for bit; the float32 image is written once instead of three
+        times. An ``on_device`` step is its own twin.
+        """
+        if self.on_device:
+            return self
+        twin = copy.copy(self)
+        twin._deferred = True
+        return twin
+
     def __call__(self, results: dict) -> dict:
         swap = self.to_rgb and results.get("channel_order", "rgb") == "bgr"
         if self.on_device:
             return self._record(results, swap)
+        if self._deferred and img_fields(results) == ["img"]:
+            return self._defer(results, swap)
         for key in img_fields(results):
             img = results[key]
             self._check_channels(key, img)
@@ -163,6 +192,20 @@ class Normalize(KeepsSize):
                 f"Normalize: results[{key!r}] has {channels} channels "
                 f"but mean/std have {len(self.mean)} values"
             )
+
+    def _defer(self, results: dict, swap: bool) -> dict:
+        """Deferred to collate: check the image, keep its pixels, record the work."""
+        img = results["img"]
+        self._check_channels("img", img)
+        results[DEFERRED_NORM] = dict(
+            mean=self.mean, std=self.std, swap_rb=swap, content_hw=img.shape[:2], margin=0
+        )
+        if swap:
+            results["channel_order"] = "rgb"
+        results["img_norm_cfg"] = dict(
+            mean=self.mean.copy(), std=self.std.copy(), to_rgb=self.to_rgb
+        )
+        return results
 
     def _record(self, results: dict, swap: bool) -> dict:
         """``on_device``: check the images, keep their pixels, record what to do after scatter."""
