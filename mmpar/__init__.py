@@ -41,6 +41,7 @@ from mmpar.distributed import MMDistributedDataParallel, params_without_grad
 from mmpar.gather import gather
 from mmpar.module_wrappers import is_module_wrapper, unwrap_module
 from mmpar.parallel_apply import parallel_apply
+from mmpar.pixel_norm import PixelNorm
 from mmpar.registry import DATASETS, MODELS, MODULE_WRAPPERS, OPTIMIZERS, TRANSFORMS, Registry
 from mmpar.scatter_gather import scatter, scatter_kwargs, to_device
 from mmpar.stacking import pad_stack
@@ -66,6 +67,7 @@ __all__ = [
     "InfiniteGroupBatchSampler",
     "MMDataParallel",
     "MMDistributedDataParallel",
+    "PixelNorm",
     "Registry",
     "SyntheticShapes",
     "TypeHandler",
