@@ -87,19 +87,7 @@ class DataContainer:
             not a PixelNorm, or around data that is not a tensor.
     """
 
-    __slots__ = (
-        "_data",
-        "_stack",
-        "_padding_value",
-        "_cpu_only",
-        "_pad_dims",
-        "_size_divisor",
-        "_pixel_norm",
-        "_normalized",
-        "_buffer",
-        "_specs",
-        "_built",
-    )
+    #: What is pickled, in order (a collated container adds its buffer and specs).
     _FLAGS = (
         "_data",
         "_stack",
@@ -109,6 +97,7 @@ class DataContainer:
         "_size_divisor",
         "_pixel_norm",
     )
+    __slots__ = _FLAGS + ("_normalized", "_buffer", "_specs", "_built")
 
     def __init__(
         self,
