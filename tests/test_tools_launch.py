@@ -151,7 +151,11 @@ def test_a_stopped_rank_ends_the_run_within_the_timeout(tmp_path: Path) -> None:
     errors = [line for line in out.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, out[-5000:]
     assert errors[0].startswith("error: rank 0 of 2: the process group failed"), errors
-    assert f"dist_params.timeout={PG_TIMEOUT} s" in errors[0] and "Timed out" in errors[0]
+    cause = errors[0].partition(f"dist_params.timeout={PG_TIMEOUT} s): ")[2]
+    assert cause, errors
+    # gloo words the same timeout two ways: the recv that timed out, or (on a loaded
+    # machine, DDP's buffer broadcast) the pair that its timeout closed.
+    assert re.search(r"Timed out waiting|Application timeout caused pair closure", cause), cause
     assert "[rank0]: Traceback" not in out, out[-5000:]
 
 
