@@ -36,12 +36,19 @@ init_group=True, env=None) -> list``
     for launchers such as ``python -m torch.distributed.run``: on the timeout
     it stops the launcher and every process it started (see
     :func:`stop_process_tree`), then re-raises ``subprocess.TimeoutExpired``.
+    ``free_port`` cannot hold its port until torchrun binds it, so another
+    process may take it first: when the launcher's store fails to listen on a
+    ``--master_port`` of ``cmd`` (EADDRINUSE, before any worker starts), the
+    command runs again on a new free port, up to 3 times in all.
 
 ``stop_process_tree(proc, grace=10.0)``
     torchrun starts each worker in a session of its own, so killing the
     launcher's process group does not reach them. This sends SIGTERM to the
     launcher (torchrun then stops its workers), waits up to ``grace`` seconds,
     then SIGKILLs every process still descending from it.
+
+``with_new_master_port(cmd, port) -> list or None``
+    ``cmd`` with its ``--master_port`` replaced, or None when it names none.
 
 ``torchrun_workers(pid) -> dict``
     ``{RANK: pid}`` of the workers that the torchrun process ``pid`` runs now
@@ -76,7 +83,14 @@ import time
 import traceback
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-__all__ = ["free_port", "run_launcher", "run_workers", "stop_process_tree", "torchrun_workers"]
+__all__ = [
+    "free_port",
+    "run_launcher",
+    "run_workers",
+    "stop_process_tree",
+    "torchrun_workers",
+    "with_new_master_port",
+]
 
 _KILL_GRACE_S = 5.0
 
@@ -315,10 +329,51 @@ def stop_process_tree(proc: "subprocess.Popen", grace: float = 10.0) -> None:
     proc.wait()
 
 
+#: What torchrun's store says when its ``--master_port`` was taken before it bound it.
+_PORT_TAKEN = "failed to listen on any local network address"
+_LAUNCH_ATTEMPTS = 3
+
+
+def with_new_master_port(cmd: List[str], port: int) -> Optional[List[str]]:
+    """``cmd`` with its torchrun ``--master_port`` (or ``--master-port``) set to ``port``.
+
+    Returns:
+        The new command, or None when ``cmd`` names no master port.
+    """
+    out = list(cmd)
+    for i, arg in enumerate(out):
+        name, eq, _ = arg.partition("=")
+        if name not in ("--master_port", "--master-port"):
+            continue
+        if eq:
+            out[i] = f"{name}={port}"
+        elif i + 1 < len(out):
+            out[i + 1] = str(port)
+        else:
+            return None
+        return out
+    return None
+
+
 def run_launcher(
     cmd: List[str], timeout: float, **popen_kwargs: Any
 ) -> "subprocess.CompletedProcess":
-    """``subprocess.run`` for launchers; on the timeout nothing it started is left running."""
+    """``subprocess.run`` for launchers; on the timeout nothing it started is left running.
+
+    A ``--master_port`` that another process took before torchrun bound it is replaced
+    with a new free port, and the command runs again (module docstring).
+    """
+    for _ in range(_LAUNCH_ATTEMPTS - 1):
+        result = _run_once(cmd, timeout, **popen_kwargs)
+        taken = result.returncode != 0 and _PORT_TAKEN in result.stderr + result.stdout
+        retry = with_new_master_port(cmd, free_port()) if taken else None
+        if retry is None:
+            return result
+        cmd = retry
+    return _run_once(cmd, timeout, **popen_kwargs)
+
+
+def _run_once(cmd: List[str], timeout: float, **popen_kwargs: Any) -> "subprocess.CompletedProcess":
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen_kwargs
     )

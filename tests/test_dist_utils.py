@@ -6,6 +6,7 @@ import datetime
 import functools
 import multiprocessing
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -34,7 +35,7 @@ from mmpar.dist import (
     slurm_first_host,
     sync_random_seed,
 )
-from tests._dist_helpers import free_port, run_workers
+from tests._dist_helpers import free_port, run_launcher, run_workers, with_new_master_port
 
 REPO = Path(__file__).resolve().parents[1]
 _LAUNCH_VARS = (
@@ -644,6 +645,39 @@ def test_run_workers_timeout_kills_everything(tmp_path: Path) -> None:
     assert len(pids) == 2
     assert not any(_alive(pid) for pid in pids)
     assert multiprocessing.active_children() == []
+
+
+@pytest.mark.parametrize(
+    ("cmd", "expected"),
+    [
+        (["torchrun", "--master_port=1234", "a.py"], ["torchrun", "--master_port=999", "a.py"]),
+        (
+            ["torchrun", "--master-port", "1234", "a.py"],
+            ["torchrun", "--master-port", "999", "a.py"],
+        ),
+        (["torchrun", "--nproc_per_node=2", "a.py"], None),
+        (["torchrun", "--master_port"], None),
+    ],
+)
+def test_with_new_master_port(cmd: List[str], expected: Optional[List[str]]) -> None:
+    assert with_new_master_port(cmd, 999) == expected
+
+
+def test_run_launcher_moves_off_a_master_port_that_another_process_took(tmp_path: Path) -> None:
+    # What free_port cannot rule out: another process listens on the port by the time
+    # torchrun binds it. The first launch fails in its store, the second gets a new port.
+    script = tmp_path / "hello.py"
+    script.write_text("import os\nprint('hello from rank', os.environ['RANK'])\n")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=1"]
+        cmd += [f"--master_port={port}", str(script)]
+        result = run_launcher(cmd, timeout=120, env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "hello from rank 0" in result.stdout
+    assert f"--master_port={port}" not in result.args
 
 
 def _ddp_in_a_cycle_then_destroy(rank: int, world_size: int) -> list:
