@@ -3,40 +3,22 @@
 from __future__ import annotations
 
 import math
-from typing import List
 
 import pytest
 import torch
 
 from mmpar.compat.ops.bbox import bbox_overlaps
-
-DEVICES = [
-    "cpu",
-    pytest.param(
-        "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-    ),
-]
-
-
-def ref_overlap(a: List[float], b: List[float], mode: str, offset: int) -> float:
-    """One pair, as mmcv's kernel defines it: no epsilon, ``offset`` on every side length."""
-    w = max(min(a[2], b[2]) - max(a[0], b[0]) + offset, 0.0)
-    h = max(min(a[3], b[3]) - max(a[1], b[1]) + offset, 0.0)
-    inter = w * h
-    area_a = (a[2] - a[0] + offset) * (a[3] - a[1] + offset)
-    area_b = (b[2] - b[0] + offset) * (b[3] - b[1] + offset)
-    base = area_a + area_b - inter if mode == "iou" else area_a
-    return inter / base if base != 0 else math.nan
+from tests.compat.ops._reference import DEVICES, HALF_DTYPES, box_overlap
 
 
 def ref_overlaps(b1: torch.Tensor, b2: torch.Tensor, mode: str, aligned: bool, offset: int):
     l1, l2 = b1.tolist(), b2.tolist()
     if aligned:
         return torch.tensor(
-            [ref_overlap(a, b, mode, offset) for a, b in zip(l1, l2)], dtype=torch.float64
+            [box_overlap(a, b, mode, offset) for a, b in zip(l1, l2)], dtype=torch.float64
         )
     return torch.tensor(
-        [[ref_overlap(a, b, mode, offset) for b in l2] for a in l1], dtype=torch.float64
+        [[box_overlap(a, b, mode, offset) for b in l2] for a in l1], dtype=torch.float64
     )
 
 
@@ -103,7 +85,7 @@ def test_iof_is_over_the_first_box() -> None:
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype", HALF_DTYPES)
 @pytest.mark.parametrize("aligned", [False, True])
 def test_half(device: str, dtype: torch.dtype, aligned: bool) -> None:
     b1, b2 = random_boxes(6, seed=3, dtype=dtype), random_boxes(6, seed=4, dtype=dtype)

@@ -16,14 +16,7 @@ from mmpar.compat.ops.carafe import (
     carafe,
     carafe_naive,
 )
-
-DEVICES = [
-    "cpu",
-    pytest.param(
-        "cuda",
-        marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
-    ),
-]
+from tests.compat.ops._reference import DEVICES, HALF_DTYPES
 
 
 def ref_carafe(features, masks, k, group_size, s):
@@ -123,7 +116,7 @@ def test_gradients_match_definition(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype", HALF_DTYPES)
 def test_half_precision(device, dtype):
     features, masks = _inputs(2, 4, 4, 5, 3, 2, 2, device=device, dtype=torch.float32)
     masks = masks.softmax(1)

@@ -6,14 +6,7 @@ import pytest
 import torch
 
 from mmpar.compat.ops.cc_attention import NEG_INF_DIAG, CrissCrossAttention
-
-DEVICES = [
-    "cpu",
-    pytest.param(
-        "cuda",
-        marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
-    ),
-]
+from tests.compat.ops._reference import DEVICES, HALF_DTYPES
 
 
 def _reference(module: CrissCrossAttention, x: torch.Tensor) -> torch.Tensor:
@@ -76,7 +69,7 @@ def test_gamma_starts_at_zero():
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype", HALF_DTYPES)
 def test_half_dtypes_close_to_float32(device, dtype):
     module = _module().float().to(device)
     x = torch.randn(2, 16, 3, 4, device=device)

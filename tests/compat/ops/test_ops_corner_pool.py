@@ -6,14 +6,8 @@ import pytest
 import torch
 
 from mmpar.compat.ops.corner_pool import CornerPool
+from tests.compat.ops._reference import DEVICES, HALF_DTYPES
 
-DEVICES = [
-    "cpu",
-    pytest.param(
-        "cuda",
-        marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
-    ),
-]
 MODES = ["bottom", "left", "right", "top"]
 
 
@@ -74,7 +68,7 @@ def test_gradcheck(mode):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype", HALF_DTYPES)
 def test_half_precision(device, dtype):
     x = torch.randn(2, 2, 5, 6, device=device).to(dtype)
     for mode in MODES:

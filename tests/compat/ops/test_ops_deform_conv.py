@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import math
 import warnings
 from collections import OrderedDict
 
@@ -13,65 +12,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from mmpar.compat.ops.deform_conv import DeformConv2d, DeformConv2dPack, deform_conv2d
+from tests.compat.ops._reference import (
+    DEVICES,
+    HALF_DTYPES,
+    deform_conv_inputs,
+    deform_conv_reference,
+)
 
 pytest.importorskip("torchvision")
-
-DEVICES = [
-    "cpu",
-    pytest.param(
-        "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-    ),
-]
-
-
-def bilinear(img: torch.Tensor, y: float, x: float) -> torch.Tensor:
-    """mmcv's deformable-conv sampling: zero outside (-1, H) x (-1, W), zero-padded corners."""
-    height, width = img.shape
-    if y <= -1 or y >= height or x <= -1 or x >= width:
-        return img.new_zeros(())
-    y0, x0 = math.floor(y), math.floor(x)
-    ly, lx = y - y0, x - x0
-    val = img.new_zeros(())
-    for yy, wy in ((y0, 1 - ly), (y0 + 1, ly)):
-        for xx, wx in ((x0, 1 - lx), (x0 + 1, lx)):
-            if 0 <= yy < height and 0 <= xx < width:
-                val = val + wy * wx * img[yy, xx]
-    return val
-
-
-def reference(inp, offset, weight, stride, padding, dilation, groups, deform_groups):
-    """out[n,o,y,x] = sum_{c,i,j} w[o,c,i,j] * bilinear(in[n,c], y*s-p+i*d+dy, x*s-p+j*d+dx)."""
-    n_img, channels, height, width = inp.shape
-    out_ch, ch_per_group, kh, kw = weight.shape
-    (sh, sw), (ph, pw), (dh, dw) = (stride, stride), (padding, padding), (dilation, dilation)
-    out_h = (height + 2 * ph - (dh * (kh - 1) + 1)) // sh + 1
-    out_w = (width + 2 * pw - (dw * (kw - 1) + 1)) // sw + 1
-    out = inp.new_zeros(n_img, out_ch, out_h, out_w)
-    ch_per_deform = channels // deform_groups
-    out_per_group = out_ch // groups
-    for n in range(n_img):
-        for o in range(out_ch):
-            for y in range(out_h):
-                for x in range(out_w):
-                    acc = inp.new_zeros(())
-                    for cl in range(ch_per_group):
-                        c = (o // out_per_group) * ch_per_group + cl
-                        base = (c // ch_per_deform) * 2 * kh * kw
-                        for i in range(kh):
-                            for j in range(kw):
-                                k = i * kw + j
-                                dy = float(offset[n, base + 2 * k, y, x])
-                                dx = float(offset[n, base + 2 * k + 1, y, x])
-                                sy = y * sh - ph + i * dh + dy
-                                sx = x * sw - pw + j * dw + dx
-                                acc = acc + weight[o, cl, i, j] * bilinear(inp[n, c], sy, sx)
-                    out[n, o, y, x] = acc
-    return out
-
-
-def out_size(size: int, k: int, s: int, p: int, d: int) -> int:
-    return (size + 2 * p - (d * (k - 1) + 1)) // s + 1
-
 
 # (channels, out_channels, kernel, stride, padding, dilation, groups, deform_groups)
 CASES = [
@@ -82,26 +30,13 @@ CASES = [
 ]
 
 
-def make(case, n_img=2, size=(5, 6), scale=2.0, dtype=torch.float64, device="cpu", seed=0):
-    channels, out_ch, kernel, stride, padding, dilation, groups, dgroups = case
-    kh, kw = (kernel, kernel) if isinstance(kernel, int) else kernel
-    gen = torch.Generator().manual_seed(seed)
-    inp = torch.randn(n_img, channels, *size, generator=gen, dtype=dtype)
-    weight = torch.randn(out_ch, channels // groups, kh, kw, generator=gen, dtype=dtype)
-    oh = out_size(size[0], kh, stride, padding, dilation)
-    ow = out_size(size[1], kw, stride, padding, dilation)
-    # Offsets of a few pixels send many samples outside the map.
-    offset = torch.randn(n_img, dgroups * 2 * kh * kw, oh, ow, generator=gen, dtype=dtype) * scale
-    return inp.to(device), offset.to(device), weight.to(device)
-
-
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("case", CASES)
 def test_forward_matches_reference(case, device):
-    inp, offset, weight = make(case, device=device)
+    inp, offset, weight = deform_conv_inputs(case, device=device)
     _, _, _, stride, padding, dilation, groups, dgroups = case
     out = deform_conv2d(inp, offset, weight, stride, padding, dilation, groups, dgroups)
-    expected = reference(
+    expected = deform_conv_reference(
         inp.cpu(), offset.cpu(), weight.cpu(), stride, padding, dilation, groups, dgroups
     )
     assert out.shape == expected.shape and out.dtype == torch.float64
@@ -115,7 +50,7 @@ def test_per_channel_sampling_as_mmdet_tood():
     offset = torch.randn(2, 8, 5, 6, generator=gen, dtype=torch.float64) * 2
     weight = feat.new_ones(4, 1, 1, 1)
     out = deform_conv2d(feat, offset, weight, 1, 0, 1, 4, 4)
-    torch.testing.assert_close(out, reference(feat, offset, weight, 1, 0, 1, 4, 4))
+    torch.testing.assert_close(out, deform_conv_reference(feat, offset, weight, 1, 0, 1, 4, 4))
 
 
 def test_offsets_are_dy_dx_pairs_per_kernel_point():
@@ -150,7 +85,7 @@ def test_samples_outside_blend_within_one_pixel():
 @pytest.mark.parametrize("device", DEVICES)
 def test_gradcheck(device):
     case = (4, 2, 3, 2, 1, 1, 2, 2)
-    inp, offset, weight = make(case, n_img=1, size=(4, 5), scale=1.5, device=device)
+    inp, offset, weight = deform_conv_inputs(case, n_img=1, size=(4, 5), scale=1.5, device=device)
     tensors = tuple(t.requires_grad_() for t in (inp, offset, weight))
     assert torch.autograd.gradcheck(
         lambda i, o, w: deform_conv2d(i, o, w, 2, 1, 1, 2, 2), tensors, fast_mode=True
@@ -158,9 +93,11 @@ def test_gradcheck(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype", HALF_DTYPES)
 def test_half_precision_close_to_float32(device, dtype):
-    inp, offset, weight = make(CASES[1], dtype=torch.float32, device=device, scale=1.0)
+    inp, offset, weight = deform_conv_inputs(
+        CASES[1], dtype=torch.float32, device=device, scale=1.0
+    )
     inp, offset, weight = (t.to(dtype) for t in (inp, offset, weight))
     out = deform_conv2d(inp, offset, weight, 2, 1, 1, 2, 2)
     expected = deform_conv2d(inp.float(), offset.float(), weight.float(), 2, 1, 1, 2, 2)
@@ -173,7 +110,7 @@ def test_half_precision_close_to_float32(device, dtype):
 
 
 def test_mixed_precision_follows_offset_dtype():
-    inp, offset, weight = make(CASES[0], dtype=torch.float32)
+    inp, offset, weight = deform_conv_inputs(CASES[0], dtype=torch.float32)
     out = deform_conv2d(inp, offset.half(), weight, 1, 1)
     assert out.dtype == torch.float16
     out = deform_conv2d(inp.half(), offset, weight.half(), 1, 1)
@@ -181,7 +118,7 @@ def test_mixed_precision_follows_offset_dtype():
 
 
 def test_empty_batch():
-    inp, offset, weight = make(CASES[0], n_img=0)
+    inp, offset, weight = deform_conv_inputs(CASES[0], n_img=0)
     out = deform_conv2d(inp, offset, weight, 1, 1)
     assert out.shape == (0, 3, 5, 6)
 
@@ -192,7 +129,7 @@ def test_keyword_and_positional_signature():
         "input", "offset", "weight", "stride", "padding", "dilation", "groups",
         "deform_groups", "bias", "im2col_step",
     ]  # fmt: skip
-    inp, offset, weight = make(CASES[1])
+    inp, offset, weight = deform_conv_inputs(CASES[1])
     a = deform_conv2d(inp, offset, weight, 2, 1, 1, 2, 2, False, 1)
     b = deform_conv2d(
         inp, offset, weight, stride=2, padding=1, groups=2, deform_groups=2, im2col_step=7
@@ -201,7 +138,7 @@ def test_keyword_and_positional_signature():
 
 
 def test_bad_arguments():
-    inp, offset, weight = make(CASES[0])
+    inp, offset, weight = deform_conv_inputs(CASES[0])
     with pytest.raises(ValueError, match="bias"):
         deform_conv2d(inp, offset, weight, 1, 1, bias=True)
     with pytest.raises(ValueError, match="offset"):
@@ -259,9 +196,9 @@ def test_deprecated_deformable_groups():
 
 def test_module_forward_matches_reference():
     layer = DeformConv2d(4, 4, 3, stride=2, padding=1, groups=2, deform_groups=2).double()
-    inp, offset, _ = make(CASES[1])
+    inp, offset, _ = deform_conv_inputs(CASES[1])
     out = layer(inp, offset)
-    expected = reference(inp, offset, layer.weight.detach(), 2, 1, 1, 2, 2)
+    expected = deform_conv_reference(inp, offset, layer.weight.detach(), 2, 1, 1, 2, 2)
     torch.testing.assert_close(out, expected)
 
 
@@ -271,7 +208,7 @@ def test_module_pads_input_smaller_than_kernel():
     inp = torch.randn(1, 2, 2, 2, generator=gen, dtype=torch.float64)
     offset = torch.randn(1, 18, 2, 2, generator=gen, dtype=torch.float64)
     out = layer(inp, offset)
-    expected = reference(inp, offset, layer.weight.detach(), 1, 1, 1, 1, 1)
+    expected = deform_conv_reference(inp, offset, layer.weight.detach(), 1, 1, 1, 1, 1)
     assert out.shape == (1, 3, 2, 2)
     torch.testing.assert_close(out, expected)
 

@@ -13,34 +13,7 @@ from mmpar.compat.ops.deform_roi_pool import (
     ModulatedDeformRoIPoolPack,
     deform_roi_pool,
 )
-
-DEVICES = [
-    "cpu",
-    pytest.param(
-        "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-    ),
-]
-
-
-def corners(y: float, x: float, height: int, width: int):
-    """RoIAlign's bilinear neighbours: None outside [-1, H] x [-1, W], else clamped corners."""
-    if y < -1 or y > height or x < -1 or x > width:
-        return None
-    yc, xc = max(y, 0.0), max(x, 0.0)
-    y_low, x_low = int(yc), int(xc)
-    if y_low >= height - 1:
-        y_low = y_high = height - 1
-        yc = float(y_low)
-    else:
-        y_high = y_low + 1
-    if x_low >= width - 1:
-        x_low = x_high = width - 1
-        xc = float(x_low)
-    else:
-        x_high = x_low + 1
-    ly, lx = yc - y_low, xc - x_low
-    hy, hx = 1 - ly, 1 - lx
-    return y_low, y_high, x_low, x_high, (hy * hx, hy * lx, ly * hx, ly * lx)
+from tests.compat.ops._reference import DEVICES, HALF_DTYPES, roi_align_corners
 
 
 def reference(inp, rois, offset, size, scale, ratio, gamma, grad_out):
@@ -72,7 +45,7 @@ def reference(inp, rois, offset, size, scale, ratio, gamma, grad_out):
                         y = start_h + ph * bin_h + (iy + 0.5) * bin_h / grid_h
                         for ix in range(grid_w):
                             x = start_w + pw * bin_w + (ix + 0.5) * bin_w / grid_w
-                            hit = corners(y, x, height, width)
+                            hit = roi_align_corners(y, x, height, width)
                             if hit is None:
                                 continue
                             yl, yh, xl, xh, w = hit
@@ -172,7 +145,7 @@ def test_empty_rois():
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype", HALF_DTYPES)
 def test_half_precision_close_to_float32(device, dtype):
     inp, rois, offset = make(device, dtype)
     out = deform_roi_pool(inp, rois, offset, (2, 3), 0.5)

@@ -15,15 +15,7 @@ from mmpar.compat.ops.focal_loss import (
     sigmoid_focal_loss,
     softmax_focal_loss,
 )
-
-DEVICES = [
-    "cpu",
-    pytest.param(
-        "cuda",
-        marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
-    ),
-]
-
+from tests.compat.ops._reference import DEVICES, HALF_DTYPES
 
 # ----------------------------------------------------------------- references (kernel formulas)
 
@@ -80,21 +72,33 @@ def _inputs(n=6, c=4, seed=0, device="cpu", dtype=torch.float64):
     return x
 
 
+def _check_none_reduction(loss_fn, ref_fn, targets, gamma, alpha, device):
+    """``loss_fn`` with ``reduction='none'`` on ``_inputs()`` against ``ref_fn``: the
+    losses, and the gradient of their sum.
+
+    Returns:
+        The losses.
+    """
+    x = _inputs(device=device).requires_grad_()
+    target = torch.tensor(targets, device=device)
+    loss = loss_fn(x, target, gamma, alpha, None, "none")
+    ref_loss, ref_grad = ref_fn(x.detach().cpu(), target.cpu(), gamma, alpha)
+    torch.testing.assert_close(loss.detach().cpu(), ref_loss)
+    loss.sum().backward()
+    torch.testing.assert_close(x.grad.cpu(), ref_grad)
+    return loss
+
+
 # ------------------------------------------------------------------------------ sigmoid
 
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("gamma,alpha", [(2.0, 0.25), (0.0, 0.5), (0.5, 0.75), (1.5, 0.25)])
 def test_sigmoid_matches_kernel_formulas(device, gamma, alpha):
-    x = _inputs(device=device).requires_grad_()
     # class indices, the background index C, and another out-of-range value
-    target = torch.tensor([0, 3, 4, 1, -1, 2], device=device)
-    loss = sigmoid_focal_loss(x, target, gamma, alpha, None, "none")
-    ref_loss, ref_grad = ref_sigmoid(x.detach().cpu(), target.cpu(), gamma, alpha)
+    targets = [0, 3, 4, 1, -1, 2]
+    loss = _check_none_reduction(sigmoid_focal_loss, ref_sigmoid, targets, gamma, alpha, device)
     assert loss.shape == (6, 4)
-    torch.testing.assert_close(loss.detach().cpu(), ref_loss)
-    loss.sum().backward()
-    torch.testing.assert_close(x.grad.cpu(), ref_grad)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -157,7 +161,7 @@ def test_sigmoid_extreme_logits_are_exact_and_finite():
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype", HALF_DTYPES)
 def test_sigmoid_half_precision(device, dtype):
     x32 = _inputs(n=8, c=5, device=device, dtype=torch.float32)
     target = torch.tensor([0, 5, 4, 1, 2, 3, 5, 0], device=device)
@@ -184,14 +188,9 @@ def test_sigmoid_empty():
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("gamma,alpha", [(2.0, 0.25), (0.0, 1.0), (1.5, 0.5)])
 def test_softmax_matches_kernel_formulas(device, gamma, alpha):
-    x = _inputs(device=device).requires_grad_()
-    target = torch.tensor([0, 3, -1, 1, 2, 2], device=device)  # -1: ignored
-    loss = softmax_focal_loss(x, target, gamma, alpha, None, "none")
-    ref_loss, ref_grad = ref_softmax(x.detach().cpu(), target.cpu(), gamma, alpha)
+    targets = [0, 3, -1, 1, 2, 2]  # -1: ignored
+    loss = _check_none_reduction(softmax_focal_loss, ref_softmax, targets, gamma, alpha, device)
     assert loss.shape == (6,)
-    torch.testing.assert_close(loss.detach().cpu(), ref_loss)
-    loss.sum().backward()
-    torch.testing.assert_close(x.grad.cpu(), ref_grad)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -233,7 +232,7 @@ def test_softmax_gradcheck_and_saturation():
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype", HALF_DTYPES)
 def test_softmax_half_precision(device, dtype):
     x = _inputs(n=8, c=5, device=device, dtype=dtype).requires_grad_()
     target = torch.tensor([0, 4, 4, 1, -1, 3, 2, 0], device=device)

@@ -8,13 +8,7 @@ from torch import nn
 
 from mmpar.compat.ops.backend import UnsupportedOpError
 from mmpar.compat.ops.masked_conv import MaskedConv2d, masked_conv2d
-
-DEVICES = [
-    "cpu",
-    pytest.param(
-        "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-    ),
-]
+from tests.compat.ops._reference import DEVICES, HALF_DTYPES
 
 
 def reference(features, mask, weight, bias, padding):
@@ -103,7 +97,7 @@ def test_no_gradients_as_mmcv():
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype", HALF_DTYPES)
 def test_half_precision_close_to_float32(device, dtype):
     features, mask, weight, bias = make(device=device, dtype=dtype)
     out = masked_conv2d(features, mask, weight, bias, 1)

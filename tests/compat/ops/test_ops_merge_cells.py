@@ -10,15 +10,7 @@ import pytest
 import torch
 
 from mmpar.compat.ops.merge_cells import BaseMergeCell, ConcatCell, GlobalPoolingCell, SumCell
-
-DEVICES = [
-    "cpu",
-    pytest.param(
-        "cuda",
-        marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
-    ),
-]
-
+from tests.compat.ops._reference import DEVICES
 
 # ------------------------------------------------------------------------------ references
 

@@ -15,60 +15,20 @@ from mmpar.compat.ops.modulated_deform_conv import (
     ModulatedDeformConv2dPack,
     modulated_deform_conv2d,
 )
+from tests.compat.ops._reference import (
+    DEVICES,
+    HALF_DTYPES,
+    deform_conv_inputs,
+    deform_conv_reference,
+)
 
 pytest.importorskip("torchvision")
 
-DEVICES = [
-    "cpu",
-    pytest.param(
-        "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-    ),
-]
-
-
-def bilinear(img: torch.Tensor, y: float, x: float) -> torch.Tensor:
-    """mmcv's DCN sampling: zero outside (-1, H) x (-1, W), zero-padded corners."""
-    height, width = img.shape
-    if y <= -1 or y >= height or x <= -1 or x >= width:
-        return img.new_zeros(())
-    y0, x0 = math.floor(y), math.floor(x)
-    ly, lx = y - y0, x - x0
-    val = img.new_zeros(())
-    for yy, wy in ((y0, 1 - ly), (y0 + 1, ly)):
-        for xx, wx in ((x0, 1 - lx), (x0 + 1, lx)):
-            if 0 <= yy < height and 0 <= xx < width:
-                val = val + wy * wx * img[yy, xx]
-    return val
-
 
 def reference(inp, offset, mask, weight, bias, stride, padding, dilation, groups, dgroups):
-    """out = bias + sum_{c,i,j} w * mask * bilinear(in, y*s-p+i*d+dy, x*s-p+j*d+dx)."""
-    n_img, channels, height, width = inp.shape
-    out_ch, ch_per_group, kh, kw = weight.shape
-    out_h = (height + 2 * padding - (dilation * (kh - 1) + 1)) // stride + 1
-    out_w = (width + 2 * padding - (dilation * (kw - 1) + 1)) // stride + 1
-    out = inp.new_zeros(n_img, out_ch, out_h, out_w)
-    ch_per_deform = channels // dgroups
-    out_per_group = out_ch // groups
-    for n in range(n_img):
-        for o in range(out_ch):
-            for y in range(out_h):
-                for x in range(out_w):
-                    acc = bias[o].clone() if bias is not None else inp.new_zeros(())
-                    for cl in range(ch_per_group):
-                        c = (o // out_per_group) * ch_per_group + cl
-                        g = c // ch_per_deform
-                        for i in range(kh):
-                            for j in range(kw):
-                                k = i * kw + j
-                                dy = float(offset[n, g * 2 * kh * kw + 2 * k, y, x])
-                                dx = float(offset[n, g * 2 * kh * kw + 2 * k + 1, y, x])
-                                m = mask[n, g * kh * kw + k, y, x]
-                                sy = y * stride - padding + i * dilation + dy
-                                sx = x * stride - padding + j * dilation + dx
-                                acc = acc + weight[o, cl, i, j] * m * bilinear(inp[n, c], sy, sx)
-                    out[n, o, y, x] = acc
-    return out
+    """DCNv2's definition, in ``modulated_deform_conv2d``'s argument order."""
+    geometry = (stride, padding, dilation, groups, dgroups)
+    return deform_conv_reference(inp, offset, weight, *geometry, mask=mask, bias=bias)
 
 
 # (channels, out_channels, kernel, stride, padding, dilation, groups, deform_groups)
@@ -79,23 +39,11 @@ CASES = [
 ]
 
 
-def make(case, n_img=2, size=(5, 6), scale=2.0, dtype=torch.float64, device="cpu", seed=0):
-    channels, out_ch, k, stride, padding, dilation, groups, dgroups = case
-    gen = torch.Generator().manual_seed(seed)
-    inp = torch.randn(n_img, channels, *size, generator=gen, dtype=dtype)
-    weight = torch.randn(out_ch, channels // groups, k, k, generator=gen, dtype=dtype)
-    bias = torch.randn(out_ch, generator=gen, dtype=dtype)
-    oh, ow = ((s + 2 * padding - (dilation * (k - 1) + 1)) // stride + 1 for s in size)
-    offset = torch.randn(n_img, dgroups * 2 * k * k, oh, ow, generator=gen, dtype=dtype) * scale
-    mask = torch.rand(n_img, dgroups * k * k, oh, ow, generator=gen, dtype=dtype)
-    return tuple(t.to(device) for t in (inp, offset, mask, weight, bias))
-
-
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("with_bias", [True, False])
 def test_forward_matches_reference(case, with_bias, device):
-    inp, offset, mask, weight, bias = make(case, device=device)
+    inp, offset, mask, weight, bias = deform_conv_inputs(case, modulated=True, device=device)
     bias = bias if with_bias else None
     geometry = case[3:]
     out = modulated_deform_conv2d(inp, offset, mask, weight, bias, *geometry)
@@ -117,8 +65,8 @@ def test_mask_layout_per_group_and_point():
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_gradcheck(device):
-    inp, offset, mask, weight, bias = make(
-        (4, 2, 3, 2, 1, 1, 2, 2), n_img=1, size=(4, 5), scale=1.5, device=device
+    inp, offset, mask, weight, bias = deform_conv_inputs(
+        (4, 2, 3, 2, 1, 1, 2, 2), modulated=True, n_img=1, size=(4, 5), scale=1.5, device=device
     )
     tensors = tuple(t.requires_grad_() for t in (inp, offset, mask, weight, bias))
     assert torch.autograd.gradcheck(
@@ -127,9 +75,11 @@ def test_gradcheck(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype", HALF_DTYPES)
 def test_half_precision_close_to_float32(device, dtype):
-    tensors = make(CASES[1], dtype=torch.float32, device=device, scale=1.0)
+    tensors = deform_conv_inputs(
+        CASES[1], modulated=True, dtype=torch.float32, device=device, scale=1.0
+    )
     low = tuple(t.to(dtype) for t in tensors)
     out = modulated_deform_conv2d(*low, 2, 1, 1, 2, 2)
     expected = modulated_deform_conv2d(*(t.float() for t in low), 2, 1, 1, 2, 2)
@@ -142,13 +92,15 @@ def test_half_precision_close_to_float32(device, dtype):
 
 
 def test_mixed_precision_follows_offset_dtype():
-    inp, offset, mask, weight, bias = make(CASES[0], dtype=torch.float32)
+    inp, offset, mask, weight, bias = deform_conv_inputs(
+        CASES[0], modulated=True, dtype=torch.float32
+    )
     out = modulated_deform_conv2d(inp, offset.half(), mask, weight, bias, 1, 1)
     assert out.dtype == torch.float16
 
 
 def test_bad_arguments():
-    inp, offset, mask, weight, bias = make(CASES[0])
+    inp, offset, mask, weight, bias = deform_conv_inputs(CASES[0], modulated=True)
     with pytest.raises(ValueError, match="mask"):
         modulated_deform_conv2d(inp, offset, mask[:, :-1], weight, bias, 1, 1)
     with pytest.raises(ValueError, match="offset"):
@@ -169,7 +121,7 @@ def test_module_init_and_forward():
     assert layer.bias is not None and not layer.bias.any()
     assert layer.transposed is False and layer.output_padding == (0,)
     layer = layer.double()
-    inp, offset, mask, _, _ = make(CASES[1])
+    inp, offset, mask, _, _ = deform_conv_inputs(CASES[1], modulated=True)
     with torch.no_grad():
         layer.bias.normal_()
     out = layer(inp, offset, mask)
@@ -272,7 +224,7 @@ def test_a_larger_offset_map_is_read_as_mmcvs_kernel_reads_its_memory():
     """mmdet's DyHead gives its upper-level DCNv2 the offsets of the level below (twice
     the size): mmcv reads each image's first C * out_h * out_w values, row-major."""
     case = (2, 3, 3, 1, 1, 1, 1, 1)
-    inp, offset, mask, weight, bias = make(case, size=(3, 4))
+    inp, offset, mask, weight, bias = deform_conv_inputs(case, modulated=True, size=(3, 4))
     big_offset = torch.randn(2, offset.size(1), 6, 8, dtype=offset.dtype)
     big_mask = torch.rand(2, mask.size(1), 6, 8, dtype=mask.dtype)
     as_read = [t.reshape(2, -1)[:, : s.numel() // 2].reshape(s.shape) for t, s in
@@ -284,6 +236,6 @@ def test_a_larger_offset_map_is_read_as_mmcvs_kernel_reads_its_memory():
 
 def test_a_smaller_offset_map_is_refused_naming_the_shapes():
     case = (2, 3, 3, 1, 1, 1, 1, 1)
-    inp, offset, mask, weight, bias = make(case, size=(6, 8))
+    inp, offset, mask, weight, bias = deform_conv_inputs(case, modulated=True, size=(6, 8))
     with pytest.raises(ValueError, match=r"offset must have shape \(2, 18, 6, 8\).*found"):
         modulated_deform_conv2d(inp, offset[:, :, :3, :4], mask, weight, bias, 1, 1, 1, 1, 1)

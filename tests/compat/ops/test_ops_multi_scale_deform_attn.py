@@ -13,28 +13,15 @@ from mmpar.compat.ops.multi_scale_deform_attn import (
     MultiScaleDeformableAttnFunction,
     multi_scale_deformable_attn_pytorch,
 )
+from tests.compat.ops._reference import DEVICES, HALF_DTYPES, bilinear_zero_padded
 
-DEVICES = [
-    "cpu",
-    pytest.param(
-        "cuda",
-        marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
-    ),
-]
 SHAPES = [(3, 4), (2, 5), (1, 1)]  # (h, w) per level: non-square, and a 1x1 level
 
 
 def _bilinear(img: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """img (C, h, w) at normalised (x, y): pixel i's centre at (i + 0.5) / w, zeros outside."""
     _, h, w = img.shape
-    px, py = x * w - 0.5, y * h - 0.5
-    x0, y0 = math.floor(px.item()), math.floor(py.item())
-    out = img.new_zeros(img.shape[0])
-    for row, wy in ((y0, 1 - (py - y0)), (y0 + 1, py - y0)):
-        for col, wx in ((x0, 1 - (px - x0)), (x0 + 1, px - x0)):
-            if 0 <= row < h and 0 <= col < w:
-                out = out + wy * wx * img[:, row, col]
-    return out
+    return bilinear_zero_padded(img, y * h - 0.5, x * w - 0.5)
 
 
 def _reference(value, shapes, locations, weights):
@@ -117,7 +104,7 @@ def test_sample_on_a_pixel_centre_reads_it():
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype", HALF_DTYPES)
 def test_half_dtypes_close_to_float32(device, dtype):
     value, shapes, locations, weights = _inputs(dtype=torch.float32, device=device)
     expected = multi_scale_deformable_attn_pytorch(value, shapes, locations, weights)

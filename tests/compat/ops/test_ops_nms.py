@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import List, Sequence, Tuple
+from typing import List, Tuple
 
 import numpy as np
 import pytest
@@ -20,15 +20,10 @@ import torch
 
 from mmpar.compat.ops.backend import UnsupportedOpError
 from mmpar.compat.ops.nms import batched_nms, nms, nms_match, soft_nms
+from tests.compat.ops._reference import DEVICES, HALF_DTYPES, box_overlap
 
 pytest.importorskip("torchvision")
 
-DEVICES = [
-    "cpu",
-    pytest.param(
-        "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-    ),
-]
 
 # mmcv's own test case (tests/test_ops/test_nms.py) and the numbers its kernels give.
 MMCV_BOXES = np.array(
@@ -41,22 +36,12 @@ MMCV_SCORES = np.array([0.6, 0.9, 0.7, 0.2], dtype=np.float32)
 # ---------------------------------------------------------------- references
 
 
-def ref_iou(a: Sequence[float], b: Sequence[float], offset: int = 0) -> float:
-    w = max(0.0, min(a[2], b[2]) - max(a[0], b[0]) + offset)
-    h = max(0.0, min(a[3], b[3]) - max(a[1], b[1]) + offset)
-    inter = w * h
-    area_a = (a[2] - a[0] + offset) * (a[3] - a[1] + offset)
-    area_b = (b[2] - b[0] + offset) * (b[3] - b[1] + offset)
-    union = area_a + area_b - inter
-    return inter / union if union != 0 else math.nan
-
-
 def ref_nms(boxes: List[List[float]], scores: List[float], thr: float) -> List[int]:
     """Greedy NMS; equal scores in input order (Python's sort is stable)."""
     order = sorted(range(len(scores)), key=lambda i: -scores[i])
     keep: List[int] = []
     for i in order:
-        if all(not ref_iou(boxes[k], boxes[i]) > thr for k in keep):
+        if all(not box_overlap(boxes[k], boxes[i]) > thr for k in keep):
             keep.append(i)
     return keep
 
@@ -120,7 +105,7 @@ def ref_nms_match(dets: List[List[float]], thr: float) -> List[List[int]]:
             continue
         group = [i]
         for j in order[pos + 1 :]:
-            if j not in suppressed and ref_iou(dets[i], dets[j]) >= thr:
+            if j not in suppressed and box_overlap(dets[i], dets[j]) >= thr:
                 suppressed.add(j)
                 group.append(j)
         groups.append(group)
@@ -245,7 +230,7 @@ def test_nms_numpy_and_float64() -> None:
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype", HALF_DTYPES)
 def test_nms_half(device: str, dtype: torch.dtype) -> None:
     boxes, scores = random_boxes(60, seed=5)
     boxes, scores = boxes.to(dtype), scores.to(dtype)
@@ -374,7 +359,7 @@ def test_soft_nms_empty_and_numpy(device: str) -> None:
     assert isinstance(inds, np.ndarray) and inds.tolist() == [1, 0, 2, 3]
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype", HALF_DTYPES)
 def test_soft_nms_half(dtype: torch.dtype) -> None:
     boxes, scores = random_boxes(30, seed=9)
     boxes, scores = boxes.to(dtype), scores.to(dtype)
@@ -519,7 +504,7 @@ def test_batched_nms_empty(device: str) -> None:
         assert dets.shape == (0, 5) and keep.shape == (0,) and keep.dtype == torch.long
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype", HALF_DTYPES)
 def test_batched_nms_half_many_classes(dtype: torch.dtype) -> None:
     # 80 classes of boxes up to ~1000: the class offsets pass float16's 65504.
     boxes, scores, _ = class_boxes(100, seed=16)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -20,17 +18,7 @@ from mmpar.compat.ops.point_sample import (
     rel_roi_point_to_abs_img_point,
     rel_roi_point_to_rel_img_point,
 )
-
-DEVICES = [
-    "cpu",
-    pytest.param(
-        "cuda",
-        marks=[
-            pytest.mark.cuda,
-            pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
-        ],
-    ),
-]
+from tests.compat.ops._reference import DEVICES, HALF_DTYPES, bilinear_zero_padded
 
 
 def _read(fmap: torch.Tensor, gx: float, gy: float, align_corners: bool) -> torch.Tensor:
@@ -40,13 +28,7 @@ def _read(fmap: torch.Tensor, gx: float, gy: float, align_corners: bool) -> torc
         px, py = (gx + 1) / 2 * (w - 1), (gy + 1) / 2 * (h - 1)
     else:
         px, py = ((gx + 1) * w - 1) / 2, ((gy + 1) * h - 1) / 2
-    x0, y0 = math.floor(px), math.floor(py)
-    value = torch.zeros(fmap.shape[0], dtype=torch.float64)
-    for xi, wx in ((x0, x0 + 1 - px), (x0 + 1, px - x0)):
-        for yi, wy in ((y0, y0 + 1 - py), (y0 + 1, py - y0)):
-            if 0 <= xi < w and 0 <= yi < h:
-                value += wx * wy * fmap[:, yi, xi].double()
-    return value
+    return bilinear_zero_padded(fmap.double(), py, px)
 
 
 def _reference_grid_sample(im, grid, align_corners):
@@ -129,7 +111,7 @@ def test_point_sample_gradcheck_and_kwargs():
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype", HALF_DTYPES)
 def test_point_sample_half_types(device, dtype):
     gen = torch.Generator().manual_seed(8)
     im = torch.randn(2, 3, 5, 4, generator=gen).to(device)

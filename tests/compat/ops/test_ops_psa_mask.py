@@ -6,14 +6,8 @@ import pytest
 import torch
 
 from mmpar.compat.ops.psa_mask import PSAMask, PSAMaskFunction, psa_mask
+from tests.compat.ops._reference import DEVICES, HALF_DTYPES
 
-DEVICES = [
-    "cpu",
-    pytest.param(
-        "cuda",
-        marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
-    ),
-]
 # (H, W, h_mask, w_mask): PSANet's full mask (2H-1, 2W-1), smaller, even, larger than needed.
 CASES = [(3, 4, 5, 7), (4, 3, 3, 3), (3, 5, 4, 2), (2, 3, 7, 9), (1, 1, 1, 1)]
 
@@ -71,7 +65,7 @@ def test_collect_and_distribute_are_transposes():
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype", HALF_DTYPES)
 def test_half_dtypes_are_exact(device, dtype):
     mask = torch.randn(2, 15, 3, 4, device=device)
     for kind in ("collect", "distribute"):

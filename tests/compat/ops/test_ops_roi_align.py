@@ -11,46 +11,27 @@ import pytest
 import torch
 
 from mmpar.compat.ops.roi_align import RoIAlign, roi_align
+from tests.compat.ops._reference import (
+    DEVICES,
+    GRADCHECK_ROIS,
+    HALF_DTYPES,
+    assert_mmcv_roi_numbers,
+    roi_align_corners,
+    roi_inputs,
+)
 
 pytest.importorskip("torchvision")
 roi_align_module = importlib.import_module("mmpar.compat.ops.roi_align")
 
-DEVICES = [
-    "cpu",
-    pytest.param(
-        "cuda",
-        marks=[
-            pytest.mark.cuda,
-            pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
-        ],
-    ),
-]
-
 
 def _bilinear(fmap: list[list[float]], y: float, x: float) -> tuple[float, list]:
     """mmcv's bilinear read of one sample: (value, [(row, col, weight)])."""
-    height, width = len(fmap), len(fmap[0])
-    if y < -1.0 or y > height or x < -1.0 or x > width:
+    hit = roi_align_corners(y, x, len(fmap), len(fmap[0]))
+    if hit is None:
         return 0.0, []
-    y, x = max(y, 0.0), max(x, 0.0)
-    y_low, x_low = int(y), int(x)
-    if y_low >= height - 1:
-        y_low = y_high = height - 1
-        y = float(y_low)
-    else:
-        y_high = y_low + 1
-    if x_low >= width - 1:
-        x_low = x_high = width - 1
-        x = float(x_low)
-    else:
-        x_high = x_low + 1
-    ly, lx = y - y_low, x - x_low
-    taps = [
-        (y_low, x_low, (1 - ly) * (1 - lx)),
-        (y_low, x_high, (1 - ly) * lx),
-        (y_high, x_low, ly * (1 - lx)),
-        (y_high, x_high, ly * lx),
-    ]
+    y_low, y_high, x_low, x_high, weights = hit
+    corners = ((y_low, x_low), (y_low, x_high), (y_high, x_low), (y_high, x_high))
+    taps = [(r, c, w) for (r, c), w in zip(corners, weights)]
     return sum(w * fmap[r][c] for r, c, w in taps), taps
 
 
@@ -97,37 +78,27 @@ def _reference(inp, rois, out_size, scale, sampling_ratio, mode, aligned, grad_o
     return out, grad
 
 
+# Rois inside, partly outside, fully outside, thin, and zero-sized.
+_ROIS = [
+    [0, 2.0, 3.0, 9.0, 10.0],
+    [1, -3.0, -2.5, 4.5, 5.0],  # partly above and left of the map
+    [0, 8.0, 6.0, 17.0, 15.0],  # partly below and right
+    [1, 20.0, 20.0, 26.0, 24.0],  # entirely outside
+    [1, 1.0, 1.0, 12.5, 2.0],  # thin
+    [0, 5.0, 5.0, 5.0, 5.0],  # zero-sized
+    [1, 0.0, 0.0, 13.0, 11.0],  # the whole map
+]
+
+
 def _case(device, dtype=torch.float32, seed=0):
-    """Two images; rois inside, partly outside, fully outside, thin, and zero-sized."""
-    gen = torch.Generator().manual_seed(seed)
-    inp = torch.randn(2, 3, 6, 7, generator=gen, dtype=torch.float64)
-    rois = torch.tensor(
-        [
-            [0, 2.0, 3.0, 9.0, 10.0],
-            [1, -3.0, -2.5, 4.5, 5.0],  # partly above and left of the map
-            [0, 8.0, 6.0, 17.0, 15.0],  # partly below and right
-            [1, 20.0, 20.0, 26.0, 24.0],  # entirely outside
-            [1, 1.0, 1.0, 12.5, 2.0],  # thin
-            [0, 5.0, 5.0, 5.0, 5.0],  # zero-sized
-            [1, 0.0, 0.0, 13.0, 11.0],  # the whole map
-        ],
-        dtype=torch.float64,
-    )
-    return inp.to(device, dtype), rois.to(device, dtype)
+    """Two images and :data:`_ROIS`."""
+    return roi_inputs(_ROIS, device, dtype, seed)
 
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_mmcv_test_numbers(device, dtype):
     """The inputs and expected outputs/gradients of mmcv's own RoIAlign test (avg, ratio 2)."""
-    cases = [
-        ([[[[1.0, 2.0], [3.0, 4.0]]]], [[0.0, 0.0, 0.0, 1.0, 1.0]]),
-        ([[[[1.0, 2.0], [3.0, 4.0]], [[4.0, 3.0], [2.0, 1.0]]]], [[0.0, 0.0, 0.0, 1.0, 1.0]]),
-        (
-            [[[[1, 2, 5, 6.0], [3, 4, 7, 8], [9, 10, 13, 14], [11, 12, 15, 16]]]],
-            [[0.0, 0.0, 0.0, 3.0, 3.0]],
-        ),
-    ]
     expected = [
         ([[[[1.0, 1.25], [1.5, 1.75]]]], [[[[3.0625, 0.4375], [0.4375, 0.0625]]]]),
         (
@@ -148,13 +119,9 @@ def test_mmcv_test_numbers(device, dtype):
             ],
         ),
     ]
-    for (inp, rois), (out_ref, grad_ref) in zip(cases, expected):
-        x = torch.tensor(inp, dtype=dtype, device=device, requires_grad=True)
-        r = torch.tensor(rois, dtype=dtype, device=device)
-        out = roi_align(x, r, (2, 2), 1.0, 2, "avg", True)
-        out.backward(torch.ones_like(out))
-        torch.testing.assert_close(out.cpu(), torch.tensor(out_ref, dtype=dtype))
-        torch.testing.assert_close(x.grad.cpu(), torch.tensor(grad_ref, dtype=dtype))
+    assert_mmcv_roi_numbers(
+        lambda x, rois: roi_align(x, rois, (2, 2), 1.0, 2, "avg", True), expected, device, dtype
+    )
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -215,10 +182,7 @@ def test_max_ties_go_to_the_first_sample():
 def test_gradcheck(mode, aligned):
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(2, 2, 4, 5, dtype=torch.float64, generator=gen, requires_grad=True)
-    rois = torch.tensor(
-        [[0, 0.6, 0.4, 6.2, 5.3], [1, -1.5, 1.2, 3.1, 9.0], [1, 2.2, 0.1, 3.5, 1.9]],
-        dtype=torch.float64,
-    )
+    rois = torch.tensor(GRADCHECK_ROIS, dtype=torch.float64)
     assert torch.autograd.gradcheck(
         lambda t: roi_align(t, rois, (2, 2), 0.7, 0, mode, aligned), (x,), eps=1e-6, atol=1e-5
     )
@@ -235,7 +199,7 @@ def test_empty_rois(device, mode):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype", HALF_DTYPES)
 @pytest.mark.parametrize("mode", ["avg", "max"])
 def test_half_types(device, dtype, mode):
     inp, rois = _case(device, torch.float32, seed=2)

@@ -8,17 +8,13 @@ import pytest
 import torch
 
 from mmpar.compat.ops.roi_pool import RoIPool, roi_pool
-
-DEVICES = [
-    "cpu",
-    pytest.param(
-        "cuda",
-        marks=[
-            pytest.mark.cuda,
-            pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
-        ],
-    ),
-]
+from tests.compat.ops._reference import (
+    DEVICES,
+    GRADCHECK_ROIS,
+    HALF_DTYPES,
+    assert_mmcv_roi_numbers,
+    roi_inputs,
+)
 
 
 def _reference(inp, rois, out_size, scale, grad_out):
@@ -54,38 +50,28 @@ def _reference(inp, rois, out_size, scale, grad_out):
     return out, grad
 
 
+# Rois inside, partly and fully outside, thin, degenerate and inverted.
+_ROIS = [
+    [0, 2.0, 3.0, 9.0, 10.0],
+    [1, -3.0, -2.5, 4.5, 5.0],  # partly above and left of the map
+    [0, 7.0, 6.0, 17.0, 15.0],  # partly below and right
+    [1, 20.0, 20.0, 26.0, 24.0],  # entirely outside
+    [1, 1.0, 1.0, 12.5, 2.0],  # thin
+    [0, 5.0, 5.0, 5.0, 5.0],  # x1 == x2: one pixel wide, as mmcv's +1 makes it
+    [0, 9.0, 5.0, 3.0, 8.0],  # x2 < x1 - 1: no width, all zeros
+    [1, 0.0, 0.0, 13.0, 11.0],  # the whole map
+]
+
+
 def _case(device, dtype=torch.float64, seed=0):
-    """Two images; rois inside, partly and fully outside, thin, degenerate and inverted."""
-    gen = torch.Generator().manual_seed(seed)
-    inp = torch.randn(2, 3, 6, 7, generator=gen, dtype=torch.float64)
-    rois = torch.tensor(
-        [
-            [0, 2.0, 3.0, 9.0, 10.0],
-            [1, -3.0, -2.5, 4.5, 5.0],  # partly above and left of the map
-            [0, 7.0, 6.0, 17.0, 15.0],  # partly below and right
-            [1, 20.0, 20.0, 26.0, 24.0],  # entirely outside
-            [1, 1.0, 1.0, 12.5, 2.0],  # thin
-            [0, 5.0, 5.0, 5.0, 5.0],  # x1 == x2: one pixel wide, as mmcv's +1 makes it
-            [0, 9.0, 5.0, 3.0, 8.0],  # x2 < x1 - 1: no width, all zeros
-            [1, 0.0, 0.0, 13.0, 11.0],  # the whole map
-        ],
-        dtype=torch.float64,
-    )
-    return inp.to(device, dtype), rois.to(device, dtype)
+    """Two images and :data:`_ROIS`."""
+    return roi_inputs(_ROIS, device, dtype, seed)
 
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_mmcv_test_numbers(device, dtype):
     """The inputs and expected outputs/gradients of mmcv's own RoIPool test."""
-    cases = [
-        ([[[[1.0, 2.0], [3.0, 4.0]]]], [[0.0, 0.0, 0.0, 1.0, 1.0]]),
-        ([[[[1.0, 2.0], [3.0, 4.0]], [[4.0, 3.0], [2.0, 1.0]]]], [[0.0, 0.0, 0.0, 1.0, 1.0]]),
-        (
-            [[[[1, 2, 5, 6.0], [3, 4, 7, 8], [9, 10, 13, 14], [11, 12, 15, 16]]]],
-            [[0.0, 0.0, 0.0, 3.0, 3.0]],
-        ),
-    ]
     expected = [
         ([[[[1.0, 2.0], [3.0, 4.0]]]], [[[[1.0, 1.0], [1.0, 1.0]]]]),
         (
@@ -97,13 +83,7 @@ def test_mmcv_test_numbers(device, dtype):
             [[[[0.0, 0, 0, 0], [0, 1, 0, 1], [0, 0, 0, 0], [0, 1, 0, 1]]]],
         ),
     ]
-    for (inp, rois), (out_ref, grad_ref) in zip(cases, expected):
-        x = torch.tensor(inp, dtype=dtype, device=device, requires_grad=True)
-        r = torch.tensor(rois, dtype=dtype, device=device)
-        out = roi_pool(x, r, (2, 2), 1.0)
-        out.backward(torch.ones_like(out))
-        torch.testing.assert_close(out.cpu(), torch.tensor(out_ref, dtype=dtype))
-        torch.testing.assert_close(x.grad.cpu(), torch.tensor(grad_ref, dtype=dtype))
+    assert_mmcv_roi_numbers(lambda x, rois: roi_pool(x, rois, (2, 2), 1.0), expected, device, dtype)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -138,10 +118,7 @@ def test_ties_go_to_the_first_pixel():
 def test_gradcheck():
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(2, 2, 5, 6, dtype=torch.float64, generator=gen, requires_grad=True)
-    rois = torch.tensor(
-        [[0, 0.6, 0.4, 6.2, 5.3], [1, -1.5, 1.2, 3.1, 9.0], [1, 2.2, 0.1, 3.5, 1.9]],
-        dtype=torch.float64,
-    )
+    rois = torch.tensor(GRADCHECK_ROIS, dtype=torch.float64)
     assert torch.autograd.gradcheck(lambda t: roi_pool(t, rois, (2, 2), 0.7), (x,))
 
 
@@ -155,7 +132,7 @@ def test_empty_rois(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype", HALF_DTYPES)
 def test_half_types(device, dtype):
     """Max pooling only selects values: exactly the float32 result on the same values."""
     inp, rois = _case(device, torch.float32, seed=2)

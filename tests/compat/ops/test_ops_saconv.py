@@ -8,24 +8,17 @@ from __future__ import annotations
 
 import copy
 import importlib.util
-import math
 import pickle
 import sys
 
 import pytest
 import torch
 
+from tests.compat.ops._reference import DEVICES, bilinear_zero_padded
+
 pytest.importorskip("mmcv")
 
 from mmpar.compat.ops import saconv  # noqa: E402
-
-DEVICES = [
-    "cpu",
-    pytest.param(
-        "cuda",
-        marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
-    ),
-]
 
 
 def _has_deform_conv() -> bool:
@@ -43,18 +36,6 @@ def _has_deform_conv() -> bool:
 needs_deform = pytest.mark.skipif(
     not _has_deform_conv(), reason="needs mmpar.compat.ops.deform_conv and torchvision"
 )
-
-
-def _bilinear(img: torch.Tensor, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """img (C, H, W) at pixel coordinates (y, x), zeros outside."""
-    height, width = img.shape[1:]
-    y0, x0 = math.floor(float(y.detach())), math.floor(float(x.detach()))
-    out = img.new_zeros(img.shape[0])
-    for row, wy in ((y0, 1 - (y - y0)), (y0 + 1, y - y0)):
-        for col, wx in ((x0, 1 - (x - x0)), (x0 + 1, x - x0)):
-            if 0 <= row < height and 0 <= col < width:
-                out = out + wy * wx * img[:, row, col]
-    return out
 
 
 def _conv_loop(x, weight, stride, padding, dilation, groups, offset=None):
@@ -82,7 +63,7 @@ def _conv_loop(x, weight, stride, padding, dilation, groups, offset=None):
                         else:
                             k = i * kw + j
                             dy, dx = offset[b, 2 * k, oy, ox], offset[b, 2 * k + 1, oy, ox]
-                            sample = _bilinear(x[b], y + dy, xx + dx)
+                            sample = bilinear_zero_padded(x[b], y + dy, xx + dx)
                         for g in range(groups):
                             w = weight[g * group_out : (g + 1) * group_out, :, i, j]
                             part = sample[g * group_in : (g + 1) * group_in]
@@ -163,12 +144,15 @@ GEOMETRIES = [
 ]
 
 
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("cfg", GEOMETRIES)
-def test_forward_and_grads_match_definition(device, cfg):
-    module = _randomised(**cfg)
+def _check_against_reference(module, x, device):
+    """A copy of ``module`` on ``device`` against :func:`_reference` on the CPU: the output,
+    and the gradients of the input and of every parameter but the (unused) bias, for one
+    random upstream gradient.
+
+    Returns:
+        The copy, with its gradients.
+    """
     ours = copy.deepcopy(module).to(device)
-    x = torch.randn(2, 4, 5, 4, dtype=torch.float64)
     ours_x = x.to(device).detach().clone().requires_grad_()
     ref_x = x.clone().requires_grad_()
     out = ours(ours_x)
@@ -180,10 +164,17 @@ def test_forward_and_grads_match_definition(device, cfg):
     ref.backward(grad)
     torch.testing.assert_close(ours_x.grad.cpu(), ref_x.grad)
     for (name, a), b in zip(ours.named_parameters(), module.parameters()):
-        if name == "bias":  # created, never used (as in mmcv)
-            assert a.grad is None
-            continue
-        torch.testing.assert_close(a.grad.cpu(), b.grad, msg=name)
+        if name != "bias":
+            torch.testing.assert_close(a.grad.cpu(), b.grad, msg=name)
+    return ours
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("cfg", GEOMETRIES)
+def test_forward_and_grads_match_definition(device, cfg):
+    module = _randomised(**cfg)
+    ours = _check_against_reference(module, torch.randn(2, 4, 5, 4, dtype=torch.float64), device)
+    assert ours.bias is None or ours.bias.grad is None  # created, never used (as in mmcv)
     assert ours.padding == module.padding and ours.dilation == module.dilation
 
 
@@ -280,17 +271,4 @@ def test_deform_matches_definition(device):
     module = _randomised(
         in_channels=2, out_channels=2, kernel_size=3, padding=1, stride=2, use_deform=True
     )
-    ours = copy.deepcopy(module).to(device)
-    x = torch.randn(1, 2, 5, 6, dtype=torch.float64)
-    ours_x = x.to(device).detach().clone().requires_grad_()
-    ref_x = x.clone().requires_grad_()
-    out = ours(ours_x)
-    ref = _reference(module, ref_x)
-    torch.testing.assert_close(out.cpu(), ref)
-    grad = torch.randn_like(ref)
-    out.backward(grad.to(device))
-    ref.backward(grad)
-    torch.testing.assert_close(ours_x.grad.cpu(), ref_x.grad)
-    for (name, a), b in zip(ours.named_parameters(), module.parameters()):
-        if name != "bias":
-            torch.testing.assert_close(a.grad.cpu(), b.grad, msg=name)
+    _check_against_reference(module, torch.randn(1, 2, 5, 6, dtype=torch.float64), device)

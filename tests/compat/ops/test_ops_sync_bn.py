@@ -8,14 +8,8 @@ import torch.nn.functional as F
 
 from mmpar.compat.ops.sync_bn import SyncBatchNorm, SyncBatchNormFunction
 from tests._dist_helpers import run_workers
+from tests.compat.ops._reference import DEVICES
 
-DEVICES = [
-    "cpu",
-    pytest.param(
-        "cuda",
-        marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
-    ),
-]
 EPS = 1e-5
 
 

@@ -1,0 +1,316 @@
+"""Reference pieces shared by the tests of ``mmpar.compat.ops`` (tests only).
+
+Each op is tested against a reference written from the op's definition. What more
+than one of those definitions uses, and the parametrization lists the tests share,
+is here. Only torch and pytest are imported: a test module that skips without
+torchvision or mmcv skips the same way with this module imported.
+
+API:
+
+``DEVICES``, ``HALF_DTYPES``
+    ``parametrize`` values: the CPU and CUDA (marked ``cuda``, skipped without a
+    device); float16 and bfloat16.
+
+``bilinear_zero_padded(img, y, x) -> Tensor``
+    Bilinear read at pixel coordinates, neighbours outside the map reading 0
+    (deformable convolution, ``grid_sample``, multi-scale deformable attention).
+
+``roi_align_corners(y, x, height, width) -> (y_low, y_high, x_low, x_high, weights) | None``
+    RoIAlign's neighbours and weights, clamped onto the map (roi_align,
+    deform_roi_pool).
+
+``box_overlap(a, b, mode="iou", offset=0) -> float``
+    IoU / IoF of two boxes as mmcv's kernels define it (bbox_overlaps, nms).
+
+``conv_out_size``, ``deform_conv_inputs``, ``deform_conv_reference``
+    DCNv1 and DCNv2 (modulated): the output size, random inputs, and the
+    definition as a loop over output pixels.
+
+``MMCV_ROI_CASES``, ``GRADCHECK_ROIS``, ``roi_inputs``, ``assert_mmcv_roi_numbers``
+    Inputs shared by the roi_align and roi_pool tests, and the check of mmcv's
+    own expected numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, List, Optional, Sequence, Tuple, Union
+
+import pytest
+import torch
+
+DEVICES = [
+    "cpu",
+    pytest.param(
+        "cuda",
+        marks=[
+            pytest.mark.cuda,
+            pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+        ],
+    ),
+]
+HALF_DTYPES = [torch.float16, torch.bfloat16]
+
+Coordinate = Union[float, torch.Tensor]
+
+
+# ---------------------------------------------------------------- bilinear reads
+
+
+def _as_float(value: Coordinate) -> float:
+    return float(value.detach()) if isinstance(value, torch.Tensor) else float(value)
+
+
+def bilinear_zero_padded(img: torch.Tensor, y: Coordinate, x: Coordinate) -> torch.Tensor:
+    """Bilinear read of ``img`` (``(..., H, W)``) at pixel coordinates ``(y, x)``.
+
+    Pixel ``(i, j)`` lies at ``(y, x) = (i, j)``. Of the four neighbours, those outside
+    the map read 0, so a point at ``y <= -1`` or ``y >= H`` (likewise in x) reads 0.
+
+    Args:
+        img: The map; the read takes every leading index at once.
+        y: Row coordinate. A tensor keeps the weights differentiable in it.
+        x: Column coordinate, likewise.
+
+    Returns:
+        The ``img.shape[:-2]`` values, in ``img``'s dtype.
+    """
+    height, width = img.shape[-2:]
+    y0, x0 = math.floor(_as_float(y)), math.floor(_as_float(x))
+    out = img.new_zeros(img.shape[:-2])
+    for row, wy in ((y0, 1 - (y - y0)), (y0 + 1, y - y0)):
+        for col, wx in ((x0, 1 - (x - x0)), (x0 + 1, x - x0)):
+            if 0 <= row < height and 0 <= col < width:
+                out = out + wy * wx * img[..., row, col]
+    return out
+
+
+RoIAlignCorners = Tuple[int, int, int, int, Tuple[float, float, float, float]]
+
+
+def roi_align_corners(y: float, x: float, height: int, width: int) -> Optional[RoIAlignCorners]:
+    """mmcv's RoIAlign neighbours of ``(y, x)`` on a ``height x width`` map.
+
+    Unlike :func:`bilinear_zero_padded`, a point less than a pixel off the map is
+    clamped onto it.
+
+    Returns:
+        None outside ``[-1, height] x [-1, width]``; else ``(y_low, y_high, x_low,
+        x_high, weights)``, the weights of ``(y_low, x_low)``, ``(y_low, x_high)``,
+        ``(y_high, x_low)`` and ``(y_high, x_high)`` in that order.
+    """
+    if y < -1 or y > height or x < -1 or x > width:
+        return None
+    yc, xc = max(y, 0.0), max(x, 0.0)
+    y_low, x_low = int(yc), int(xc)
+    if y_low >= height - 1:
+        y_low = y_high = height - 1
+        yc = float(y_low)
+    else:
+        y_high = y_low + 1
+    if x_low >= width - 1:
+        x_low = x_high = width - 1
+        xc = float(x_low)
+    else:
+        x_high = x_low + 1
+    ly, lx = yc - y_low, xc - x_low
+    hy, hx = 1 - ly, 1 - lx
+    return y_low, y_high, x_low, x_high, (hy * hx, hy * lx, ly * hx, ly * lx)
+
+
+# ---------------------------------------------------------------- boxes
+
+
+def box_overlap(
+    a: Sequence[float], b: Sequence[float], mode: str = "iou", offset: int = 0
+) -> float:
+    """One pair of ``(x1, y1, x2, y2, ...)`` boxes, as mmcv's kernels define it.
+
+    Args:
+        a: The first box; ``"iof"`` divides by its area.
+        b: The second box.
+        mode: ``"iou"`` or ``"iof"``.
+        offset: Added to every side length (1: boxes of whole pixels).
+
+    Returns:
+        The overlap, without an epsilon: nan for 0 / 0.
+    """
+    w = max(min(a[2], b[2]) - max(a[0], b[0]) + offset, 0.0)
+    h = max(min(a[3], b[3]) - max(a[1], b[1]) + offset, 0.0)
+    inter = w * h
+    area_a = (a[2] - a[0] + offset) * (a[3] - a[1] + offset)
+    area_b = (b[2] - b[0] + offset) * (b[3] - b[1] + offset)
+    base = area_a + area_b - inter if mode == "iou" else area_a
+    return inter / base if base != 0 else math.nan
+
+
+# ---------------------------------------------------------------- deformable convolution
+
+
+def conv_out_size(size: int, kernel: int, stride: int, padding: int, dilation: int) -> int:
+    """A convolution's output length along one axis."""
+    return (size + 2 * padding - (dilation * (kernel - 1) + 1)) // stride + 1
+
+
+def deform_conv_inputs(
+    case: tuple,
+    *,
+    modulated: bool = False,
+    n_img: int = 2,
+    size: Tuple[int, int] = (5, 6),
+    scale: float = 2.0,
+    dtype: torch.dtype = torch.float64,
+    device: str = "cpu",
+    seed: int = 0,
+) -> Tuple[torch.Tensor, ...]:
+    """Random inputs of a deformable convolution.
+
+    Args:
+        case: ``(channels, out_channels, kernel, stride, padding, dilation, groups,
+            deform_groups)``; ``kernel`` an int or ``(kh, kw)``.
+        modulated: DCNv2's inputs (with a mask and a bias) instead of DCNv1's.
+        n_img: Batch size.
+        size: The input's ``(H, W)``.
+        scale: Standard deviation of the offsets, in pixels: a few pixels send
+            many samples outside the map.
+        dtype: Of every tensor.
+        device: Of every tensor.
+        seed: Of the generator that draws them all.
+
+    Returns:
+        ``(input, offset, weight)``, or with ``modulated`` ``(input, offset, mask,
+        weight, bias)``, the mask in [0, 1).
+    """
+    channels, out_ch, kernel, stride, padding, dilation, groups, dgroups = case
+    kh, kw = (kernel, kernel) if isinstance(kernel, int) else kernel
+    gen = torch.Generator().manual_seed(seed)
+    inp = torch.randn(n_img, channels, *size, generator=gen, dtype=dtype)
+    weight = torch.randn(out_ch, channels // groups, kh, kw, generator=gen, dtype=dtype)
+    # DCNv2's bias comes before the offsets: the draws its tests were written with.
+    bias = torch.randn(out_ch, generator=gen, dtype=dtype) if modulated else None
+    oh = conv_out_size(size[0], kh, stride, padding, dilation)
+    ow = conv_out_size(size[1], kw, stride, padding, dilation)
+    offset = torch.randn(n_img, dgroups * 2 * kh * kw, oh, ow, generator=gen, dtype=dtype) * scale
+    if not modulated:
+        return inp.to(device), offset.to(device), weight.to(device)
+    mask = torch.rand(n_img, dgroups * kh * kw, oh, ow, generator=gen, dtype=dtype)
+    return tuple(t.to(device) for t in (inp, offset, mask, weight, bias))
+
+
+def deform_conv_reference(
+    inp: torch.Tensor,
+    offset: torch.Tensor,
+    weight: torch.Tensor,
+    stride: int,
+    padding: int,
+    dilation: int,
+    groups: int,
+    deform_groups: int,
+    *,
+    mask: Optional[torch.Tensor] = None,
+    bias: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
+    """DCN's definition, one output pixel at a time.
+
+    ``out[n, o, y, x] = bias[o] + sum_{c, i, j} w[o, c, i, j] * mask * bilinear(in[n, c],
+    y * s - p + i * d + dy, x * s - p + j * d + dx)``, reading with
+    :func:`bilinear_zero_padded`. For kernel point ``k = i * kw + j`` of deform group
+    ``g``, ``(dy, dx)`` are offset channels ``g * 2 * kh * kw + 2 * k`` and ``+ 1``, and
+    the mask is channel ``g * kh * kw + k``.
+
+    Args:
+        inp: ``(N, C, H, W)``.
+        offset: ``(N, deform_groups * 2 * kh * kw, out_h, out_w)``.
+        weight: ``(out_channels, C // groups, kh, kw)``.
+        stride: Of both axes; likewise ``padding`` and ``dilation``.
+        padding: See ``stride``.
+        dilation: See ``stride``.
+        groups: Convolution groups.
+        deform_groups: Groups of input channels that share offsets (and mask).
+        mask: DCNv2's modulation, ``(N, deform_groups * kh * kw, out_h, out_w)``;
+            None for DCNv1.
+        bias: ``(out_channels,)``, or None.
+
+    Returns:
+        ``(N, out_channels, out_h, out_w)``, in ``inp``'s dtype.
+    """
+    n_img, channels, height, width = inp.shape
+    out_ch, ch_per_group, kh, kw = weight.shape
+    out_h = conv_out_size(height, kh, stride, padding, dilation)
+    out_w = conv_out_size(width, kw, stride, padding, dilation)
+    out = inp.new_zeros(n_img, out_ch, out_h, out_w)
+    ch_per_deform = channels // deform_groups
+    out_per_group = out_ch // groups
+    for n in range(n_img):
+        for o in range(out_ch):
+            for y in range(out_h):
+                for x in range(out_w):
+                    acc = bias[o].clone() if bias is not None else inp.new_zeros(())
+                    for cl in range(ch_per_group):
+                        c = (o // out_per_group) * ch_per_group + cl
+                        g = c // ch_per_deform
+                        for i in range(kh):
+                            for j in range(kw):
+                                k = i * kw + j
+                                dy = float(offset[n, g * 2 * kh * kw + 2 * k, y, x])
+                                dx = float(offset[n, g * 2 * kh * kw + 2 * k + 1, y, x])
+                                coeff = weight[o, cl, i, j]
+                                if mask is not None:
+                                    coeff = coeff * mask[n, g * kh * kw + k, y, x]
+                                sy = y * stride - padding + i * dilation + dy
+                                sx = x * stride - padding + j * dilation + dx
+                                acc = acc + coeff * bilinear_zero_padded(inp[n, c], sy, sx)
+                    out[n, o, y, x] = acc
+    return out
+
+
+# ---------------------------------------------------------------- roi_align and roi_pool
+
+# The inputs of mmcv's own RoIAlign and RoIPool tests: (feature map, rois).
+MMCV_ROI_CASES = [
+    ([[[[1.0, 2.0], [3.0, 4.0]]]], [[0.0, 0.0, 0.0, 1.0, 1.0]]),
+    ([[[[1.0, 2.0], [3.0, 4.0]], [[4.0, 3.0], [2.0, 1.0]]]], [[0.0, 0.0, 0.0, 1.0, 1.0]]),
+    (
+        [[[[1, 2, 5, 6.0], [3, 4, 7, 8], [9, 10, 13, 14], [11, 12, 15, 16]]]],
+        [[0.0, 0.0, 0.0, 3.0, 3.0]],
+    ),
+]
+
+# Rois for gradcheck over a two-image map, one reaching outside it.
+GRADCHECK_ROIS = [[0, 0.6, 0.4, 6.2, 5.3], [1, -1.5, 1.2, 3.1, 9.0], [1, 2.2, 0.1, 3.5, 1.9]]
+
+
+def roi_inputs(
+    rois: List[List[float]], device: str, dtype: torch.dtype, seed: int
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """A random two-image ``(2, 3, 6, 7)`` map and ``rois``, both as ``dtype`` on ``device``.
+
+    The map is drawn in float64 (the same values for every ``dtype``), then cast.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    inp = torch.randn(2, 3, 6, 7, generator=gen, dtype=torch.float64)
+    boxes = torch.tensor(rois, dtype=torch.float64)
+    return inp.to(device, dtype), boxes.to(device, dtype)
+
+
+def assert_mmcv_roi_numbers(
+    pool: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    expected: Sequence[Tuple[list, list]],
+    device: str,
+    dtype: torch.dtype,
+) -> None:
+    """``pool`` on :data:`MMCV_ROI_CASES` gives mmcv's expected numbers.
+
+    Args:
+        pool: ``(input, rois) -> output``, the op with its other arguments bound.
+        expected: Per case, the output and the input gradient for an all-ones
+            upstream gradient.
+        device: Where the op runs.
+        dtype: Of the input, the rois and the expected numbers.
+    """
+    for (inp, rois), (out_ref, grad_ref) in zip(MMCV_ROI_CASES, expected):
+        x = torch.tensor(inp, dtype=dtype, device=device, requires_grad=True)
+        out = pool(x, torch.tensor(rois, dtype=dtype, device=device))
+        out.backward(torch.ones_like(out))
+        torch.testing.assert_close(out.cpu(), torch.tensor(out_ref, dtype=dtype))
+        torch.testing.assert_close(x.grad.cpu(), torch.tensor(grad_ref, dtype=dtype))
