@@ -2,15 +2,33 @@
 
 mmpar's ops are built on ``torchvision.ops`` and plain torch; mmpar compiles
 nothing. torchvision is optional (the ``mmcv-ops`` extra): an op that needs it
-imports it through :func:`torchvision_ops`, which says how to install it.
+imports it through :func:`torchvision_ops`, which says how to install it. The
+ops also share here their dtype checks, the dtype they compute in, and how they
+take mmcv's deprecated keyword names.
 """
 
 from __future__ import annotations
 
+import functools
+import warnings
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["INSTALL_HINT", "UnsupportedOpError", "torchvision_ops", "unsupported"]
+import torch
+from torch import Tensor
+
+__all__ = [
+    "INSTALL_HINT",
+    "UnsupportedOpError",
+    "check_float",
+    "float_compute_dtype",
+    "renamed_kwargs",
+    "torchvision_ops",
+    "unsupported",
+]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 INSTALL_HINT = (
     'pip install -e ".[mmcv-ops]" (or pip install torchvision, the build that matches your torch)'
@@ -54,8 +72,6 @@ def torchvision_ops() -> ModuleType:
             f"mmpar's mmcv.ops need torchvision, which could not be imported ({err}); "
             + INSTALL_HINT
         ) from err
-    import torch
-
     if not hasattr(torch.ops.torchvision, "nms"):
         raise ImportError(
             "mmpar's mmcv.ops need torchvision's compiled kernels, which did not load "
@@ -63,3 +79,64 @@ def torchvision_ops() -> ModuleType:
             + INSTALL_HINT
         )
     return ops
+
+
+def check_float(op: str, **tensors: Tensor | None) -> None:
+    """Raises ``TypeError`` for a given tensor that is not floating point.
+
+    Args:
+        op: The op's mmcv name, for the message.
+        **tensors: The tensors by argument name; None (an absent optional) passes.
+    """
+    for name, tensor in tensors.items():
+        if tensor is not None and not tensor.is_floating_point():
+            raise TypeError(f"mmcv.ops.{op}: {name} must be floating point, found {tensor.dtype}")
+
+
+def float_compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype an op computes ``dtype`` in: float64 stays, any other dtype is float32.
+
+    float16 and bfloat16 inputs are computed in float32; the op casts its result back.
+    """
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def renamed_kwargs(
+    renames: dict[str, str], conflict: str, owner: str | None = None
+) -> Callable[[_F], _F]:
+    """A decorator that lets a function take mmcv's deprecated keyword names.
+
+    A deprecated name is renamed, with mmcv's ``DeprecationWarning``; giving it
+    together with its new name is a ``TypeError``.
+
+    Args:
+        renames: Deprecated name -> new name.
+        conflict: The ``TypeError``'s message, a ``str.format`` template of
+            ``owner``, ``old`` and ``new``.
+        owner: The name the messages give the function; None for its ``__name__``.
+
+    Returns:
+        The decorator.
+    """
+
+    def decorate(func: _F) -> _F:
+        name = func.__name__ if owner is None else owner
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            for old, new in renames.items():
+                if old not in kwargs:
+                    continue
+                if new in kwargs:
+                    raise TypeError(conflict.format(owner=name, old=old, new=new))
+                warnings.warn(
+                    f'"{old}" is deprecated in `{name}`, please use "{new}" instead',
+                    DeprecationWarning,
+                    stacklevel=2,
+                )
+                kwargs[new] = kwargs.pop(old)
+            return func(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate

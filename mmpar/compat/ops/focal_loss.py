@@ -28,6 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from mmpar.compat.ops.backend import float_compute_dtype
+
 __all__ = [
     "SigmoidFocalLoss",
     "SigmoidFocalLossFunction",
@@ -67,10 +69,6 @@ def _check_args(
         )
     if reduction not in _REDUCTIONS:
         raise ValueError(f"{op}: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
-
-
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
 def _check_targets_below(op: str, target: Tensor, num_classes: int, why: str) -> None:
@@ -125,7 +123,7 @@ def sigmoid_focal_loss(
     op = "sigmoid_focal_loss"
     _check_args(op, input, target, weight, reduction)
     num_classes = input.size(1)
-    x = input.to(_compute_dtype(input.dtype))
+    x = input.to(float_compute_dtype(input.dtype))
     target = target.long()
     positive = target.unsqueeze(1) == torch.arange(num_classes, device=target.device)
     # With z = x for positives and -x for negatives, sigmoid(z) is the probability of
@@ -177,7 +175,7 @@ def softmax_focal_loss(
     num_classes = input.size(1)
     target = target.long()
     _check_targets_below(op, target, num_classes, "(negative targets are ignored)")
-    x = input.to(_compute_dtype(input.dtype))
+    x = input.to(float_compute_dtype(input.dtype))
     valid = target >= 0
     index = target.clamp(min=0)
     log_pt = F.log_softmax(x, dim=1).gather(1, index.unsqueeze(1)).squeeze(1)

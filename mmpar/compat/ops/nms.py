@@ -17,20 +17,22 @@ float16/bfloat16 run in float32 (the returned boxes keep the input's dtype).
 
 from __future__ import annotations
 
-import functools
-import warnings
-from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from mmpar.compat.ops.backend import torchvision_ops, unsupported
+from mmpar.compat.ops.backend import (
+    float_compute_dtype,
+    renamed_kwargs,
+    torchvision_ops,
+    unsupported,
+)
 
 __all__ = ["batched_nms", "nms", "nms_match", "soft_nms"]
 
 ArrayLike = Union[Tensor, np.ndarray]
-_F = TypeVar("_F", bound=Callable[..., Any])
 
 #: soft_nms's methods, numbered as mmcv's kernel numbers them.
 _SOFT_NMS_METHODS = {"naive": 0, "linear": 1, "gaussian": 2}
@@ -38,26 +40,11 @@ _SOFT_NMS_METHODS = {"naive": 0, "linear": 1, "gaussian": 2}
 _NOT_SUPPLIED = ("nms_rotated", "nms_quadri")
 
 
-def _accepts_iou_thr(func: _F) -> _F:
-    """Let ``func`` take mmcv's deprecated keyword ``iou_thr`` for ``iou_threshold``."""
-
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if "iou_thr" in kwargs:
-            if "iou_threshold" in kwargs:
-                raise TypeError(
-                    f"mmcv.ops.{func.__name__}: got both iou_thr (deprecated) and "
-                    "iou_threshold; pass iou_threshold only"
-                )
-            warnings.warn(
-                f'"iou_thr" is deprecated in `{func.__name__}`, please use "iou_threshold" instead',
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            kwargs["iou_threshold"] = kwargs.pop("iou_thr")
-        return func(*args, **kwargs)
-
-    return wrapper  # type: ignore[return-value]
+#: Lets a function take mmcv's deprecated keyword ``iou_thr`` for ``iou_threshold``.
+_accepts_iou_thr = renamed_kwargs(
+    {"iou_thr": "iou_threshold"},
+    "mmcv.ops.{owner}: got both {old} (deprecated) and {new}; pass {new} only",
+)
 
 
 def _as_tensors(op: str, boxes: ArrayLike, scores: ArrayLike) -> Tuple[Tensor, Tensor, bool]:
@@ -97,11 +84,6 @@ def _check_offset(op: str, offset: int, supported: Tuple[int, ...]) -> None:
     raise ValueError(f"mmcv.ops.{op}: offset must be 0 or 1, got {offset!r}")
 
 
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype a kernel runs in: float64 stays, the rest (float32, half types) run in float32."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
 def _descending(scores: Tensor) -> Tensor:
     """Indices of ``scores`` from highest to lowest; equal scores in input order."""
     return torch.sort(scores, descending=True, stable=True).indices
@@ -125,7 +107,7 @@ def _greedy_nms(boxes: Tensor, scores: Tensor, iou_threshold: float) -> Tensor:
     # torchvision sorts the scores again, with no promise of stability; handing it
     # strictly decreasing ranks in place of the scores keeps the order above. float32
     # holds the ranks exactly up to 2**24 boxes; beyond that they run in float64.
-    dtype = _compute_dtype(boxes.dtype) if n <= 2**24 else torch.float64
+    dtype = float_compute_dtype(boxes.dtype) if n <= 2**24 else torch.float64
     ranks = torch.arange(n, 0, -1, dtype=dtype, device=boxes.device)
     keep = torchvision_ops().nms(boxes.index_select(0, order).to(dtype), ranks, iou_threshold)
     return order.index_select(0, keep)
@@ -234,7 +216,7 @@ def soft_nms(
             f"mmcv.ops.soft_nms: method must be one of {sorted(_SOFT_NMS_METHODS)}, got {method!r}"
         )
     cpu_boxes = boxes_t.detach().cpu()
-    dtype = _compute_dtype(cpu_boxes.dtype)
+    dtype = float_compute_dtype(cpu_boxes.dtype)
     inds, kept_scores = _soft_nms_cpu(
         cpu_boxes.to(dtype),
         scores_t.detach().cpu().to(dtype),
@@ -518,7 +500,7 @@ def nms_match(dets: ArrayLike, iou_threshold: float) -> List[ArrayLike]:
         dets_t = dets.detach().cpu() if isinstance(dets, Tensor) else torch.from_numpy(dets)
         if not dets_t.is_floating_point():
             raise TypeError(f"mmcv.ops.nms_match: dets must be floating point, got {dets_t.dtype}")
-        groups = _match_groups(dets_t.to(_compute_dtype(dets_t.dtype)), float(iou_threshold))
+        groups = _match_groups(dets_t.to(float_compute_dtype(dets_t.dtype)), float(iou_threshold))
     if isinstance(dets, Tensor):
         return [dets.new_tensor(g, dtype=torch.long) for g in groups]
     return [np.array(g, dtype=int) for g in groups]

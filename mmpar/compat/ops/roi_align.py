@@ -15,14 +15,12 @@ that one sample's four pixels, as mmcv's kernel does.
 
 from __future__ import annotations
 
-import functools
-import warnings
-from typing import Any, Callable, Sequence, TypeVar, Union
+from typing import Any, Sequence, Union
 
 import torch
 from torch import Tensor, nn
 
-from mmpar.compat.ops.backend import torchvision_ops
+from mmpar.compat.ops.backend import float_compute_dtype, renamed_kwargs, torchvision_ops
 
 __all__ = ["RoIAlign", "roi_align"]
 
@@ -31,7 +29,6 @@ _POOL_MODES = ("avg", "max")
 # chunks that stay under it (the gather of one chunk's samples, all channels).
 _CHUNK_ELEMENTS = 1 << 24
 
-_F = TypeVar("_F", bound=Callable[..., Any])
 Size = Union[int, Sequence[int]]
 
 
@@ -89,11 +86,6 @@ def check_roi_inputs(op: str, input: Any, rois: Any) -> None:
                 f"mmcv.ops.{op}: rois[:, 0] must be batch indices in [0, {input.shape[0]}), "
                 f"got {rois[:, 0].min().item()}..{rois[:, 0].max().item()}"
             )
-
-
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """float64 stays; float32 and the half types compute in float32."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def roi_chunks(cells_h: Tensor, cells_w: Tensor, per_cell: int) -> list[tuple[Tensor, int, int]]:
@@ -217,28 +209,23 @@ def _max_sample_coords(
     return best_y, best_x, (grid_h > 0) & (grid_w > 0)
 
 
-def _roi_align_max(
-    feat: Tensor,
-    rois: Tensor,
-    out_size: tuple[int, int],
-    scale: float,
-    sampling_ratio: int,
-    aligned: bool,
+def _read_at(
+    feat: Tensor, batch: Tensor, best_y: Tensor, best_x: Tensor, has_samples: Tensor
 ) -> Tensor:
-    """Max pooling over each bin's samples: ``(K, C, PH, PW)``.
+    """The bilinear read of ``feat`` at each bin's largest sample: ``(K, C, PH, PW)``.
 
-    The search runs without autograd; the output is the bilinear read at the winning
-    sample, so the gradient reaches that sample's four pixels only. A roi whose grid is
-    empty gives 0.
+    Args:
+        feat: ``(N, C, H, W)``.
+        batch: ``(K,)`` long, each roi's batch index.
+        best_y: ``(K, PH, PW, C)``, the sample's row (from :func:`_max_sample_coords`).
+        best_x: ``(K, PH, PW, C)``, its column.
+        has_samples: ``(K,)`` bool; a roi whose grid is empty gives 0.
     """
-    n, c, h, w = feat.shape
-    best_y, best_x, has_samples = _max_sample_coords(
-        feat, rois, out_size, scale, sampling_ratio, aligned
-    )
+    _, c, h, w = feat.shape
     y_lo, y_hi, wy_lo, wy_hi = _bilinear_taps(best_y, h)
     x_lo, x_hi, wx_lo, wx_hi = _bilinear_taps(best_x, w)
     channel = torch.arange(c, device=feat.device)
-    planes = (rois[:, 0].long()[:, None, None, None] * c + channel) * h  # (K, 1, 1, C)
+    planes = (batch[:, None, None, None] * c + channel) * h  # (K, 1, 1, C)
     flat = feat.reshape(-1)
     out = None
     for y_i, wy in ((y_lo, wy_lo), (y_hi, wy_hi)):
@@ -284,13 +271,15 @@ def roi_align(
     if pool_mode not in _POOL_MODES:
         raise ValueError(f"mmcv.ops.roi_align: pool_mode must be 'avg' or 'max', got {pool_mode!r}")
     check_roi_inputs("roi_align", input, rois)
-    dtype = _compute_dtype(input.dtype)
+    dtype = float_compute_dtype(input.dtype)
     feat, boxes = input.to(dtype), rois.detach().to(dtype)
     if pool_mode == "max":
-        out = _roi_align_max(
+        # The search runs without autograd; the output is the bilinear read at the winning
+        # sample, so the gradient reaches that sample's four pixels only.
+        best = _max_sample_coords(
             feat, boxes, out_size, float(spatial_scale), int(sampling_ratio), bool(aligned)
         )
-        return out.to(input.dtype)
+        return _read_at(feat, boxes[:, 0].long(), *best).to(input.dtype)
     torchvision_ops()  # loads torchvision's kernels, or says how to install them
     # The kernel itself: torchvision.ops.roi_align swaps in a Python version under
     # deterministic algorithms on CUDA, which clamps far-outside samples instead of zeroing.
@@ -304,31 +293,6 @@ def roi_align(
         bool(aligned),
     )
     return out.to(input.dtype)
-
-
-def _renamed_kwargs(renames: dict[str, str], owner: str) -> Callable[[_F], _F]:
-    """Accept mmcv's deprecated keyword names, with a ``DeprecationWarning``."""
-
-    def decorate(func: _F) -> _F:
-        @functools.wraps(func)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            for old, new in renames.items():
-                if old in kwargs:
-                    if new in kwargs:
-                        raise TypeError(
-                            f"{owner}: got both {old!r} (deprecated) and {new!r}; pass {new!r}"
-                        )
-                    warnings.warn(
-                        f'"{old}" is deprecated in `{owner}`, please use "{new}" instead',
-                        DeprecationWarning,
-                        stacklevel=2,
-                    )
-                    kwargs[new] = kwargs.pop(old)
-            return func(*args, **kwargs)
-
-        return wrapper  # type: ignore[return-value]
-
-    return decorate
 
 
 class RoIAlign(nn.Module):
@@ -345,8 +309,10 @@ class RoIAlign(nn.Module):
             whatever ``pool_mode`` says). Its numbers equal the default path's.
     """
 
-    @_renamed_kwargs(
-        {"out_size": "output_size", "sample_num": "sampling_ratio"}, "RoIAlign.__init__"
+    @renamed_kwargs(
+        {"out_size": "output_size", "sample_num": "sampling_ratio"},
+        "{owner}: got both {old!r} (deprecated) and {new!r}; pass {new!r}",
+        "RoIAlign.__init__",
     )
     def __init__(
         self,

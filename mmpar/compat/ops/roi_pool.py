@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from mmpar.compat.ops.backend import float_compute_dtype
 from mmpar.compat.ops.roi_align import Size, check_roi_inputs, roi_chunks, size_pair
 
 __all__ = ["RoIPool", "roi_pool"]
@@ -103,8 +104,7 @@ def roi_pool(input: Tensor, rois: Tensor, output_size: Size, spatial_scale: floa
     check_roi_inputs("roi_pool", input, rois)
     n, c, h, w = input.shape
     # Bin edges in float32 (float64 for float64 input): half rois would round them.
-    coord_dtype = torch.float64 if input.dtype == torch.float64 else torch.float32
-    boxes = rois.detach().to(coord_dtype)
+    boxes = rois.detach().to(float_compute_dtype(input.dtype))
     best = _argmax_pixels(input.detach(), boxes, out_size, float(spatial_scale))
     channel = torch.arange(c, device=input.device)
     planes = (boxes[:, 0].long()[:, None, None, None] * c + channel) * (h * w)
