@@ -9,19 +9,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.nn.modules.utils import _pair
 
-from mmpar.compat.ops.backend import torchvision_ops
+from mmpar.compat.ops.backend import check_float, torchvision_ops
 from mmpar.compat.ops.modulated_deform_conv import (
     IntPair,
-    check_float,
+    OffsetConvPack,
     check_per_point,
     compute_dtype,
     conv_geometry,
-    load_old_offset_keys,
     rename_deform_groups,
     set_conv_attributes,
 )
@@ -160,13 +157,17 @@ class DeformConv2d(nn.Module):
         if pad_h or pad_w:
             x = F.pad(x, (0, pad_w, 0, pad_h))
             offset = F.pad(offset, (0, pad_w, 0, pad_h))
-        out = deform_conv2d(
-            x, offset, self.weight, self.stride, self.padding, self.dilation,
-            self.groups, self.deform_groups, False, self.im2col_step,
-        )  # fmt: skip
+        out = self._deform_conv(x, offset)
         if pad_h or pad_w:
             out = out[:, :, : out.size(2) - pad_h, : out.size(3) - pad_w].contiguous()
         return out
+
+    def _deform_conv(self, x: Tensor, offset: Tensor) -> Tensor:
+        """:func:`deform_conv2d` with this layer's weight and geometry."""
+        return deform_conv2d(
+            x, offset, self.weight, self.stride, self.padding, self.dilation,
+            self.groups, self.deform_groups, False, self.im2col_step,
+        )  # fmt: skip
 
     def __repr__(self) -> str:
         return (
@@ -182,7 +183,7 @@ class DeformConv2d(nn.Module):
         )
 
 
-class DeformConv2dPack(DeformConv2d):
+class DeformConv2dPack(OffsetConvPack, DeformConv2d):
     """DCNv1 that computes its own offsets, a drop-in for ``nn.Conv2d`` (mmcv's "DCN").
 
     ``conv_offset``, an ``nn.Conv2d`` with the same geometry, gives the
@@ -190,26 +191,16 @@ class DeformConv2dPack(DeformConv2d):
     layer starts as a plain convolution. Takes :class:`DeformConv2d`'s arguments.
     """
 
-    _version = 2
+    _log_name = "DeformConv2dPack"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.conv_offset = nn.Conv2d(
-            self.in_channels,
-            self.deform_groups * 2 * self.kernel_size[0] * self.kernel_size[1],
-            kernel_size=self.kernel_size,
-            stride=_pair(self.stride),
-            padding=_pair(self.padding),
-            dilation=_pair(self.dilation),
-            bias=True,
-        )
+        self._build_conv_offset(2)
         self.init_offset()
 
     def init_offset(self) -> None:
         """``conv_offset`` at zero."""
-        with torch.no_grad():
-            self.conv_offset.weight.zero_()
-            self.conv_offset.bias.zero_()
+        self._zero_conv_offset()
 
     def forward(self, x: Tensor) -> Tensor:  # type: ignore[override]
         """The convolution of ``x`` at the offsets ``conv_offset`` computes.
@@ -220,22 +211,4 @@ class DeformConv2dPack(DeformConv2d):
         Returns:
             (N, C_out, out_h, out_w).
         """
-        return deform_conv2d(
-            x, self.conv_offset(x), self.weight, self.stride, self.padding, self.dilation,
-            self.groups, self.deform_groups, False, self.im2col_step,
-        )  # fmt: skip
-
-    def _load_from_state_dict(
-        self,
-        state_dict: dict[str, Any],
-        prefix: str,
-        local_metadata: dict[str, Any],
-        strict: bool,
-        missing_keys: list[str],
-        unexpected_keys: list[str],
-        error_msgs: list[str],
-    ) -> None:
-        load_old_offset_keys("DeformConv2dPack", state_dict, prefix, local_metadata)
-        super()._load_from_state_dict(
-            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
-        )
+        return self._deform_conv(x, self.conv_offset(x))

@@ -15,10 +15,9 @@ from torch.autograd.function import FunctionCtx, once_differentiable
 from torch.nn.modules.utils import _pair
 
 from mmpar.compat.ops.backend import unsupported
+from mmpar.compat.ops.modulated_deform_conv import IntPair, conv_output_size, int_pair
 
 __all__ = ["MaskedConv2d", "masked_conv2d"]
-
-IntPair = int | tuple[int, int]
 
 
 class _MaskedConv2dFunction(torch.autograd.Function):
@@ -112,14 +111,9 @@ def masked_conv2d(
     stride_ = _pair(stride)
     if tuple(stride_) != (1, 1):
         raise unsupported("masked_conv2d", "stride", stride, "stride=1, as mmcv")
-    pad = tuple(_pair(padding))
-    if len(pad) != 2 or not all(isinstance(p, int) and p >= 0 for p in pad):
-        raise ValueError(
-            f"mmcv.ops.masked_conv2d: padding must be an int >= 0 or a pair, found {padding!r}"
-        )
+    pad = int_pair("masked_conv2d", "padding", padding, 0)
     _check(features, mask, weight, bias)
-    out_h = features.size(2) + 2 * pad[0] - weight.size(2) + 1
-    out_w = features.size(3) + 2 * pad[1] - weight.size(3) + 1
+    out_h, out_w = conv_output_size(features.shape[2:], weight.shape[2:], (1, 1), pad, (1, 1))
     keep = _output_mask(mask, out_h, out_w).to(features.device)
     dtype = features.dtype
     # CPU convolutions in float16/bfloat16 run in float32, then cast back.
@@ -129,7 +123,7 @@ def masked_conv2d(
         keep,
         weight.to(compute),
         None if bias is None else bias.to(compute),
-        (pad[0], pad[1]),
+        pad,
     )
     return out.to(dtype)
 

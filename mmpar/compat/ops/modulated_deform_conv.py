@@ -5,24 +5,23 @@ takes the offsets as ``(dy, dx)`` pairs per kernel point, kernel points in
 row-major order, one block of ``2 * kh * kw`` channels per deformable group,
 and samples bilinearly with zeros outside the map (a point in
 ``(-1, H) x (-1, W)`` still blends with the rows and columns inside).
-mmcv's ``deform_conv`` module shares this module's helpers, as mmcv's does.
+mmcv's ``deform_conv`` module shares this module's helpers, as mmcv's does, and
+``masked_conv`` checks its padding and works out its size with them.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 import operator
-import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import torch
 from torch import Tensor, nn
 from torch.nn.modules.utils import _pair, _single
 
-from mmpar.compat.ops.backend import torchvision_ops
+from mmpar.compat.ops.backend import check_float, renamed_kwargs, torchvision_ops
 
 __all__ = ["ModulatedDeformConv2d", "ModulatedDeformConv2dPack", "modulated_deform_conv2d"]
 
@@ -45,8 +44,21 @@ def compute_dtype(tensor: Tensor) -> torch.dtype:
     return torch.float32
 
 
-def _int_pair(op: str, name: str, value: IntPair, minimum: int) -> tuple[int, int]:
-    """``value`` as a pair of ints, each at least ``minimum``."""
+def int_pair(op: str, name: str, value: IntPair, minimum: int) -> tuple[int, int]:
+    """``value`` (an int, or a pair of them) as a pair of ints, each at least ``minimum``.
+
+    Args:
+        op: The op's mmcv name, for the message.
+        name: The argument's name, for the message.
+        value: An int or a pair of ints (anything with ``__index__``).
+        minimum: The smallest value allowed.
+
+    Returns:
+        ``(first, second)``.
+
+    Raises:
+        ValueError: ``value`` is not an int or a pair of ints, or is below ``minimum``.
+    """
     message = f"mmcv.ops.{op}: {name} must be an int >= {minimum} or a pair, found {value!r}"
     try:
         pair = tuple(operator.index(v) for v in _pair(value))
@@ -57,10 +69,27 @@ def _int_pair(op: str, name: str, value: IntPair, minimum: int) -> tuple[int, in
     return pair[0], pair[1]
 
 
-def check_float(op: str, **tensors: Tensor | None) -> None:
-    for name, tensor in tensors.items():
-        if tensor is not None and not tensor.is_floating_point():
-            raise TypeError(f"mmcv.ops.{op}: {name} must be floating point, found {tensor.dtype}")
+def conv_output_size(
+    size: Sequence[int],
+    kernel: Sequence[int],
+    stride: tuple[int, int],
+    padding: tuple[int, int],
+    dilation: tuple[int, int],
+) -> tuple[int, int]:
+    """A convolution's ``(out_h, out_w)``, as ``nn.Conv2d`` computes it (it may be < 1).
+
+    Args:
+        size: The input's ``(H, W)``.
+        kernel: ``(kh, kw)``.
+        stride: ``(sh, sw)``.
+        padding: ``(ph, pw)``, zeros on both sides.
+        dilation: ``(dh, dw)``.
+    """
+    out_h, out_w = (
+        (size[d] + 2 * padding[d] - (dilation[d] * (kernel[d] - 1) + 1)) // stride[d] + 1
+        for d in range(2)
+    )
+    return out_h, out_w
 
 
 def conv_geometry(
@@ -100,9 +129,9 @@ def conv_geometry(
             f"found {weight.dim()}D"
         )
     check_float(op, input=input, weight=weight)
-    stride_ = _int_pair(op, "stride", stride, 1)
-    padding_ = _int_pair(op, "padding", padding, 0)
-    dilation_ = _int_pair(op, "dilation", dilation, 1)
+    stride_ = int_pair(op, "stride", stride, 1)
+    padding_ = int_pair(op, "padding", padding, 0)
+    dilation_ = int_pair(op, "dilation", dilation, 1)
     channels = input.size(1)
     if groups < 1 or weight.size(1) * groups != channels:
         raise ValueError(
@@ -119,12 +148,7 @@ def conv_geometry(
             f"mmcv.ops.{op}: input channels must be divisible by deform_groups={deform_groups}, "
             f"found {channels}"
         )
-    out_h, out_w = (
-        (input.size(d + 2) + 2 * padding_[d] - (dilation_[d] * (weight.size(d + 2) - 1) + 1))
-        // stride_[d]
-        + 1
-        for d in range(2)
-    )
+    out_h, out_w = conv_output_size(input.shape[2:], weight.shape[2:], stride_, padding_, dilation_)
     if out_h < 1 or out_w < 1:
         raise ValueError(
             f"mmcv.ops.{op}: convolution input is too small (input {tuple(input.shape[2:])}, "
@@ -203,28 +227,11 @@ def set_conv_attributes(
 
 def rename_deform_groups(cls_name: str) -> Callable[[_F], _F]:
     """Accepts mmcv's deprecated ``deformable_groups=`` for ``deform_groups=``, with a warning."""
-
-    def decorate(init: _F) -> _F:
-        @functools.wraps(init)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if "deformable_groups" in kwargs:
-                if "deform_groups" in kwargs:
-                    raise TypeError(
-                        f"{cls_name}: give deform_groups only (deformable_groups is its "
-                        "deprecated name), not both"
-                    )
-                warnings.warn(
-                    f'"deformable_groups" is deprecated in `{cls_name}`, '
-                    'please use "deform_groups" instead',
-                    DeprecationWarning,
-                    stacklevel=2,
-                )
-                kwargs["deform_groups"] = kwargs.pop("deformable_groups")
-            return init(*args, **kwargs)
-
-        return wrapper  # type: ignore[return-value]
-
-    return decorate
+    return renamed_kwargs(
+        {"deformable_groups": "deform_groups"},
+        "{owner}: give {new} only ({old} is its deprecated name), not both",
+        cls_name,
+    )
 
 
 def load_old_offset_keys(
@@ -244,6 +251,64 @@ def load_old_offset_keys(
                 state_dict[new_key] = state_dict.pop(old_key)
     if version is not None and version > 1:
         logger.info(f"{module_name} {prefix.rstrip('.')} is upgraded to version 2.")
+
+
+class OffsetConvPack(nn.Module):
+    """What the DCNv1 and DCNv2 Packs share: their ``conv_offset``, and old checkpoints.
+
+    A Pack lists it before its layer (``class Pack(OffsetConvPack, Layer)``): the
+    layer sets the geometry (:func:`set_conv_attributes`), the Pack builds
+    ``conv_offset`` from it, and version-1 checkpoints load (see
+    :func:`load_old_offset_keys`).
+    """
+
+    _version = 2
+    #: The Pack's name in the upgrade's log line, mmcv's (not always the class's).
+    _log_name = ""
+    # Set by set_conv_attributes.
+    in_channels: int
+    kernel_size: tuple[int, int]
+    stride: tuple[int, int]
+    padding: tuple[int, int]
+    dilation: tuple[int, int]
+    deform_groups: int
+
+    def _build_conv_offset(self, per_point: int) -> None:
+        """``conv_offset``: the layer's geometry, ``per_point`` channels per group and kernel point.
+
+        Its output is (N, deform_groups * per_point * kh * kw, out_h, out_w).
+        """
+        kh, kw = self.kernel_size
+        self.conv_offset = nn.Conv2d(
+            self.in_channels,
+            self.deform_groups * per_point * kh * kw,
+            kernel_size=self.kernel_size,
+            stride=self.stride,
+            padding=self.padding,
+            dilation=self.dilation,
+            bias=True,
+        )
+
+    def _zero_conv_offset(self) -> None:
+        """``conv_offset``'s weight and bias at zero: the Pack starts as its plain layer."""
+        with torch.no_grad():
+            self.conv_offset.weight.zero_()
+            self.conv_offset.bias.zero_()
+
+    def _load_from_state_dict(
+        self,
+        state_dict: dict[str, Any],
+        prefix: str,
+        local_metadata: dict[str, Any],
+        strict: bool,
+        missing_keys: list[str],
+        unexpected_keys: list[str],
+        error_msgs: list[str],
+    ) -> None:
+        load_old_offset_keys(self._log_name, state_dict, prefix, local_metadata)
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
 
 
 def modulated_deform_conv2d(
@@ -388,7 +453,7 @@ class ModulatedDeformConv2d(nn.Module):
         )  # fmt: skip
 
 
-class ModulatedDeformConv2dPack(ModulatedDeformConv2d):
+class ModulatedDeformConv2dPack(OffsetConvPack, ModulatedDeformConv2d):
     """DCNv2 that computes its own offsets and mask, a drop-in for ``nn.Conv2d`` (mmcv's "DCNv2").
 
     ``conv_offset``, an ``nn.Conv2d`` with the same geometry, gives
@@ -398,19 +463,11 @@ class ModulatedDeformConv2dPack(ModulatedDeformConv2d):
     :class:`ModulatedDeformConv2d`'s arguments.
     """
 
-    _version = 2
+    _log_name = "ModulatedDeformConvPack"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.conv_offset = nn.Conv2d(
-            self.in_channels,
-            self.deform_groups * 3 * self.kernel_size[0] * self.kernel_size[1],
-            kernel_size=self.kernel_size,
-            stride=self.stride,
-            padding=self.padding,
-            dilation=self.dilation,
-            bias=True,
-        )
+        self._build_conv_offset(3)
         self.init_weights()
 
     def init_weights(self) -> None:
@@ -418,9 +475,7 @@ class ModulatedDeformConv2dPack(ModulatedDeformConv2d):
         super().init_weights()
         # The parent's __init__ calls this before conv_offset exists.
         if hasattr(self, "conv_offset"):
-            with torch.no_grad():
-                self.conv_offset.weight.zero_()
-                self.conv_offset.bias.zero_()
+            self._zero_conv_offset()
 
     def forward(self, x: Tensor) -> Tensor:  # type: ignore[override]
         """The convolution of ``x`` at the offsets and mask ``conv_offset`` computes.
@@ -433,22 +488,4 @@ class ModulatedDeformConv2dPack(ModulatedDeformConv2d):
         """
         o1, o2, mask = torch.chunk(self.conv_offset(x), 3, dim=1)
         offset = torch.cat((o1, o2), dim=1)
-        return modulated_deform_conv2d(
-            x, offset, torch.sigmoid(mask), self.weight, self.bias, self.stride,
-            self.padding, self.dilation, self.groups, self.deform_groups,
-        )  # fmt: skip
-
-    def _load_from_state_dict(
-        self,
-        state_dict: dict[str, Any],
-        prefix: str,
-        local_metadata: dict[str, Any],
-        strict: bool,
-        missing_keys: list[str],
-        unexpected_keys: list[str],
-        error_msgs: list[str],
-    ) -> None:
-        load_old_offset_keys("ModulatedDeformConvPack", state_dict, prefix, local_metadata)
-        super()._load_from_state_dict(
-            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
-        )
+        return super().forward(x, offset, torch.sigmoid(mask))
