@@ -122,26 +122,8 @@ def carafe(
     return out.reshape(n, c, h * s, w * s)
 
 
-def carafe_naive(
-    features: Tensor,
-    masks: Tensor,
-    kernel_size: int,
-    group_size: int,
-    scale_factor: int,
-) -> Tensor:
-    """:func:`carafe` (mmcv's naive kernel computes the same function).
-
-    Args:
-        features: (N, C, H, W) float.
-        masks: (N, kernel_size**2 * group_size, H * scale_factor, W * scale_factor) float.
-        kernel_size: The odd reassembly window.
-        group_size: The number of channel groups.
-        scale_factor: The integer upsampling ratio.
-
-    Returns:
-        (N, C, H * scale_factor, W * scale_factor).
-    """
-    return carafe(features, masks, kernel_size, group_size, scale_factor)
+#: mmcv's naive kernel computes the same function as its packed one: :func:`carafe`.
+carafe_naive = carafe
 
 
 class CARAFEFunction:
@@ -189,16 +171,7 @@ class CARAFE(_CARAFEModule):
 
 
 class CARAFENaive(_CARAFEModule):
-    """:func:`carafe_naive` as a module (the same computation as :class:`CARAFE`).
-
-    Args:
-        kernel_size: The odd reassembly window.
-        group_size: The number of channel groups.
-        scale_factor: The integer upsampling ratio.
-
-    Raises:
-        TypeError: an argument that is not an int.
-    """
+    """:func:`carafe_naive` as a module: :class:`CARAFE`'s computation and arguments."""
 
 
 class CARAFEPack(nn.Module):

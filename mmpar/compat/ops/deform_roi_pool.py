@@ -26,6 +26,8 @@ from torch import Tensor, nn
 from torch.autograd.function import FunctionCtx, once_differentiable
 from torch.nn.modules.utils import _pair
 
+from mmpar.compat.ops.backend import check_float, float_compute_dtype
+
 __all__ = ["DeformRoIPool", "DeformRoIPoolPack", "ModulatedDeformRoIPoolPack", "deform_roi_pool"]
 
 IntPair = int | tuple[int, int]
@@ -44,7 +46,7 @@ class _Bins:
     grid_w: Tensor  # (K, 1, 1) long
     roi_h: Tensor  # (K, 1, 1)
     roi_w: Tensor  # (K, 1, 1)
-    count: Tensor  # (K, 1, 1): samples averaged, at least 1
+    count: Tensor  # (K * PH * PW, 1): each bin's samples averaged, at least 1
 
 
 def _bins(
@@ -83,7 +85,7 @@ def _bins(
         grid_w=grid_w,
         roi_h=roi_h,
         roi_w=roi_w,
-        count=(grid_h * grid_w).clamp(min=1).to(rois.dtype),
+        count=(grid_h * grid_w).clamp(min=1).to(rois.dtype).expand(shape).reshape(-1, 1),
     )
 
 
@@ -145,6 +147,12 @@ def _samples(bins: _Bins, iy: int, ix: int, height: int, width: int) -> _Samples
     return _Samples(index, weight, y, x, y_low, y_high, x_low, x_high, valid)  # type: ignore[arg-type]
 
 
+def _pixels(input: Tensor) -> Tensor:
+    """``input`` (N, C, H, W) as (N * H * W, C) rows, one per pixel."""
+    batch, channels, height, width = input.shape
+    return input.permute(0, 2, 3, 1).reshape(batch * height * width, channels)
+
+
 def _all_samples(
     bins: _Bins, extent: tuple[int, int], height: int, width: int
 ) -> Iterator[_Samples]:
@@ -167,18 +175,17 @@ class _DeformRoIPoolFunction(torch.autograd.Function):
         sampling_ratio: int,
         gamma: float,
     ) -> Tensor:
-        batch, channels, height, width = input.shape
+        _, channels, height, width = input.shape
         bins = _bins(rois, offset, output_size, spatial_scale, sampling_ratio, gamma)
         extent = _grid_extent(bins, sampling_ratio)
-        feat = input.permute(0, 2, 3, 1).reshape(batch * height * width, channels)
+        feat = _pixels(input)
         total = input.new_zeros(rois.size(0) * output_size[0] * output_size[1], channels)
         for s in _all_samples(bins, extent, height, width):
             for index, weight in zip(s.index, s.weight):
                 total.addcmul_(feat.index_select(0, index), weight[:, None])
         ctx.save_for_backward(input, rois, offset)
         ctx.geometry = (output_size, spatial_scale, sampling_ratio, gamma, extent)  # type: ignore[attr-defined]
-        count = bins.count.expand_as(bins.y0).reshape(-1, 1)
-        out = (total / count).reshape(rois.size(0), *output_size, channels)
+        out = (total / bins.count).reshape(rois.size(0), *output_size, channels)
         return out.permute(0, 3, 1, 2).contiguous()
 
     @staticmethod
@@ -188,9 +195,8 @@ class _DeformRoIPoolFunction(torch.autograd.Function):
         output_size, spatial_scale, sampling_ratio, gamma, extent = ctx.geometry
         batch, channels, height, width = input.shape
         bins = _bins(rois, offset, output_size, spatial_scale, sampling_ratio, gamma)
-        count = bins.count.expand_as(bins.y0).reshape(-1, 1)
-        grad = grad_output.permute(0, 2, 3, 1).reshape(-1, channels) / count
-        feat = input.permute(0, 2, 3, 1).reshape(batch * height * width, channels)
+        grad = _pixels(grad_output) / bins.count
+        feat = _pixels(input)
         grad_feat = torch.zeros_like(feat) if ctx.needs_input_grad[0] else None
         want_offset = offset is not None and ctx.needs_input_grad[2]
         grad_y = grad_x = grad.new_zeros(grad.size(0))
@@ -232,10 +238,6 @@ def _offset_gradient(s: _Samples, grad: Tensor, feat: Tensor) -> tuple[Tensor, T
     return torch.where(s.valid, along_y, zero), torch.where(s.valid, along_x, zero)
 
 
-def _compute_dtype(tensor: Tensor) -> torch.dtype:
-    return tensor.dtype if tensor.dtype in (torch.float32, torch.float64) else torch.float32
-
-
 def deform_roi_pool(
     input: Tensor,
     rois: Tensor,
@@ -274,7 +276,7 @@ def deform_roi_pool(
     _check_inputs(input, rois, offset, pooled)
     if offset is not None and offset.numel() == 0:
         offset = None
-    compute = _compute_dtype(input)
+    compute = float_compute_dtype(input.dtype)
     out = _DeformRoIPoolFunction.apply(
         input.to(compute),
         rois.to(compute),
@@ -297,10 +299,7 @@ def _check_inputs(
         raise ValueError(
             f"{op}: rois must be (K, 5), (batch index, x1, y1, x2, y2), found {tuple(rois.shape)}"
         )
-    tensors = {"input": input, "rois": rois, "offset": offset}
-    for name, tensor in tensors.items():
-        if tensor is not None and not tensor.is_floating_point():
-            raise TypeError(f"{op}: {name} must be floating point, found {tensor.dtype}")
+    check_float("deform_roi_pool", input=input, rois=rois, offset=offset)
     if offset is not None and offset.numel() != 0:
         expected = (rois.size(0), 2, *output_size)
         if tuple(offset.shape) != expected:
@@ -365,21 +364,52 @@ def _linear_head(in_features: int, hidden: int, out_features: int, layers: int) 
     return nn.Sequential(*modules)
 
 
-def _pool_with_offsets(
-    pool: DeformRoIPool, input: Tensor, rois: Tensor, channels: int
-) -> tuple[Tensor, Tensor]:
-    """A Pack's first pass: the flattened plain pooling (K, PH * PW * C), and the offsets."""
-    if input.dim() != 4 or input.size(1) != channels:
-        raise ValueError(
-            f"{type(pool).__name__}: input must be (N, output_channels={channels}, H, W), "
-            f"found {tuple(input.shape)}"
-        )
-    flat = DeformRoIPool.forward(pool, input, rois).reshape(rois.size(0), -1)
-    offset = pool.offset_fc(flat).reshape(rois.size(0), 2, *pool.output_size)
-    return flat, offset
+class _PackBase(DeformRoIPool):
+    """The Packs' shared part: their arguments, ``offset_fc`` (``mask_fc`` with
+    ``_with_mask``) and the first pass; see :class:`DeformRoIPoolPack`."""
+
+    _with_mask = False
+
+    def __init__(
+        self,
+        output_size: IntPair,
+        output_channels: int,
+        deform_fc_channels: int = 1024,
+        spatial_scale: float = 1.0,
+        sampling_ratio: int = 0,
+        gamma: float = 0.1,
+    ) -> None:
+        super().__init__(output_size, spatial_scale, sampling_ratio, gamma)
+        self.output_channels = output_channels
+        self.deform_fc_channels = deform_fc_channels
+        bins = self.output_size[0] * self.output_size[1]
+        self.offset_fc = _linear_head(bins * output_channels, deform_fc_channels, bins * 2, 3)
+        if self._with_mask:
+            head = _linear_head(bins * output_channels, deform_fc_channels, bins, 2)
+            self.mask_fc = nn.Sequential(*head, nn.Sigmoid())
+
+    def _pool_with_offsets(self, input: Tensor, rois: Tensor) -> tuple[Tensor, Tensor]:
+        """The first pass: the flattened plain pooling (K, PH * PW * C), and the offsets.
+
+        Args:
+            input: (N, output_channels, H, W).
+            rois: (K, 5), (batch index, x1, y1, x2, y2).
+
+        Returns:
+            ``(flat, offset)``: (K, PH * PW * C) and (K, 2, PH, PW).
+        """
+        channels = self.output_channels
+        if input.dim() != 4 or input.size(1) != channels:
+            raise ValueError(
+                f"{type(self).__name__}: input must be (N, output_channels={channels}, H, W), "
+                f"found {tuple(input.shape)}"
+            )
+        flat = DeformRoIPool.forward(self, input, rois).reshape(rois.size(0), -1)
+        offset = self.offset_fc(flat).reshape(rois.size(0), 2, *self.output_size)
+        return flat, offset
 
 
-class DeformRoIPoolPack(DeformRoIPool):
+class DeformRoIPoolPack(_PackBase):
     """Deformable RoI pooling that computes its own offsets.
 
     A first pooling without offsets feeds ``offset_fc`` (three Linear layers,
@@ -394,21 +424,6 @@ class DeformRoIPoolPack(DeformRoIPool):
         gamma: Scale of the offsets.
     """
 
-    def __init__(
-        self,
-        output_size: IntPair,
-        output_channels: int,
-        deform_fc_channels: int = 1024,
-        spatial_scale: float = 1.0,
-        sampling_ratio: int = 0,
-        gamma: float = 0.1,
-    ) -> None:
-        super().__init__(output_size, spatial_scale, sampling_ratio, gamma)
-        self.output_channels = output_channels
-        self.deform_fc_channels = deform_fc_channels
-        bins = self.output_size[0] * self.output_size[1]
-        self.offset_fc = _linear_head(bins * output_channels, deform_fc_channels, bins * 2, 3)
-
     def forward(self, input: Tensor, rois: Tensor) -> Tensor:  # type: ignore[override]
         """Pools ``rois`` from ``input`` at the offsets ``offset_fc`` computes.
 
@@ -419,41 +434,20 @@ class DeformRoIPoolPack(DeformRoIPool):
         Returns:
             (K, output_channels, PH, PW).
         """
-        _, offset = _pool_with_offsets(self, input, rois, self.output_channels)
+        _, offset = self._pool_with_offsets(input, rois)
         return super().forward(input, rois, offset)
 
 
-class ModulatedDeformRoIPoolPack(DeformRoIPool):
+class ModulatedDeformRoIPoolPack(_PackBase):
     """Deformable RoI pooling with its own offsets and a per-bin mask.
 
     As :class:`DeformRoIPoolPack` (``offset_fc``), and ``mask_fc`` (two
     Linear layers, the last at zero, then a sigmoid) weighs each output bin.
-
-    Args:
-        output_size: Int or (PH, PW).
-        output_channels: Channels of the input (and output).
-        deform_fc_channels: Width of the hidden layers.
-        spatial_scale: Feature map size over image size.
-        sampling_ratio: Samples per bin side; 0 for adaptive.
-        gamma: Scale of the offsets.
+    Takes :class:`DeformRoIPoolPack`'s arguments (``deform_fc_channels`` is the
+    width of both heads' hidden layers).
     """
 
-    def __init__(
-        self,
-        output_size: IntPair,
-        output_channels: int,
-        deform_fc_channels: int = 1024,
-        spatial_scale: float = 1.0,
-        sampling_ratio: int = 0,
-        gamma: float = 0.1,
-    ) -> None:
-        super().__init__(output_size, spatial_scale, sampling_ratio, gamma)
-        self.output_channels = output_channels
-        self.deform_fc_channels = deform_fc_channels
-        bins = self.output_size[0] * self.output_size[1]
-        self.offset_fc = _linear_head(bins * output_channels, deform_fc_channels, bins * 2, 3)
-        head = _linear_head(bins * output_channels, deform_fc_channels, bins, 2)
-        self.mask_fc = nn.Sequential(*head, nn.Sigmoid())
+    _with_mask = True
 
     def forward(self, input: Tensor, rois: Tensor) -> Tensor:  # type: ignore[override]
         """Pools ``rois`` at the computed offsets, times the computed mask.
@@ -465,6 +459,6 @@ class ModulatedDeformRoIPoolPack(DeformRoIPool):
         Returns:
             (K, output_channels, PH, PW).
         """
-        flat, offset = _pool_with_offsets(self, input, rois, self.output_channels)
+        flat, offset = self._pool_with_offsets(input, rois)
         mask = self.mask_fc(flat).reshape(rois.size(0), 1, *self.output_size)
         return super().forward(input, rois, offset) * mask
