@@ -45,6 +45,14 @@ def no_cv2(monkeypatch):
     opencv.cache_clear()
 
 
+@pytest.fixture(params=["opencv", "fallback"])
+def library(request) -> str:
+    """The test runs twice: with OpenCV, then with it unimportable (:func:`no_cv2`)."""
+    if request.param == "fallback":
+        request.getfixturevalue("no_cv2")
+    return request.param
+
+
 def _photo(h: int, w: int, seed: int = 0) -> np.ndarray:
     """A photo-like uint8 RGB image: a smooth field, mild noise and a sharp rectangle."""
     rng = np.random.default_rng(seed)
@@ -214,18 +222,11 @@ def test_the_resize_step_gives_the_same_boxes_and_metadata_with_either_library()
     ],
     ids=["uint8", "float-1ch", "int64-map", "bool-map"],
 )
-@pytest.mark.parametrize("library", ["opencv", "fallback"])
-def test_flip_array_mirrors_exactly(direction, arr, library, monkeypatch):
-    if library == "fallback":
-        monkeypatch.setitem(sys.modules, "cv2", None)
-        opencv.cache_clear()
-    try:
-        axes = {"horizontal": (1,), "vertical": (0,), "diagonal": (0, 1)}[direction]
-        out = flip_array(arr, direction)
-        assert out.dtype == arr.dtype and out.flags.c_contiguous
-        np.testing.assert_array_equal(out, np.flip(arr, axes))
-    finally:
-        opencv.cache_clear()
+def test_flip_array_mirrors_exactly(direction, arr, library):
+    axes = {"horizontal": (1,), "vertical": (0,), "diagonal": (0, 1)}[direction]
+    out = flip_array(arr, direction)
+    assert out.dtype == arr.dtype and out.flags.c_contiguous
+    np.testing.assert_array_equal(out, np.flip(arr, axes))
 
 
 # ------------------------------------------------------------------ normalizing, the layout
@@ -243,18 +244,11 @@ def _normalized(img: np.ndarray, swap: bool) -> np.ndarray:
 
 @pytest.mark.parametrize("swap", [False, True])
 @pytest.mark.parametrize("dtype", [np.uint8, np.float32, np.float64])
-@pytest.mark.parametrize("library", ["opencv", "fallback"])
-def test_normalize_is_bit_exact_and_planar(swap, dtype, library, monkeypatch):
-    if library == "fallback":
-        monkeypatch.setitem(sys.modules, "cv2", None)
-        opencv.cache_clear()
-    try:
-        img = _photo(37, 53).astype(dtype)
-        out = normalize_image(img, MEAN, STD, swap)
-        assert out.dtype == np.float32 and out.shape == (37, 53, 3) and is_planar(out)
-        np.testing.assert_array_equal(out, _normalized(img, swap))
-    finally:
-        opencv.cache_clear()
+def test_normalize_is_bit_exact_and_planar(swap, dtype, library):
+    img = _photo(37, 53).astype(dtype)
+    out = normalize_image(img, MEAN, STD, swap)
+    assert out.dtype == np.float32 and out.shape == (37, 53, 3) and is_planar(out)
+    np.testing.assert_array_equal(out, _normalized(img, swap))
 
 
 def test_normalize_keeps_a_single_channel_and_a_2d_image():
