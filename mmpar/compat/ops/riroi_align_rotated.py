@@ -6,7 +6,9 @@ it in its legacy mode (``aligned=False``: no half-pixel shift, rois at least 1 x
 grids when ``num_samples <= 0``). Then the orientation channels of each roi are turned back
 by its angle: with ``f = angle * O / (2 pi)`` (the angle before ``clockwise`` negates it),
 ``i = floor(f)`` and ``l = f - i``, output channel ``c * O + o`` is
-``(1 - l) * pooled[c * O + (o - i) % O] + l * pooled[c * O + (o - i + 1) % O]``.
+``(1 - l) * pooled[c * O + (o - i) % O] + l * pooled[c * O + (o - i + 1) % O]``. (So, as
+in mmcv's kernel, the mix jumps by two orientations where the angle crosses a step of
+``2 pi / O``: just below step ``i`` it is nearly ``o - i + 2``, at it ``o - i``.)
 
 mmcv-full has this op on CUDA only; here it also runs on CPU. Its gradient is mmcv's.
 """

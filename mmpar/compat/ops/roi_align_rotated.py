@@ -36,8 +36,8 @@ _INT_MAX = 2**31 - 1  # mmcv's sample counts are C ints
 
 
 def pixel_table(feat: Tensor) -> Tensor:
-    """``(N * H * W + 1, C)``: ``feat``'s pixels as rows, then a zero row that reads
-    stand for a sample off the map (so that it reads 0 even next to an inf)."""
+    """``(N * H * W + 1, C)``: ``feat``'s pixels as rows, then a zero row, which samples off
+    the map read (so that they read 0 even next to an inf)."""
     n, c, h, w = feat.shape
     rows = feat.permute(0, 2, 3, 1).reshape(n * h * w, c)
     return torch.cat([rows, rows.new_zeros(1, c)])
@@ -92,6 +92,16 @@ def _blocks(top: int, size: int) -> list[tuple[int, int]]:
     return [(start, min(start + size, top)) for start in range(0, top, size)]
 
 
+def _offsets(size: Tensor, bins: int, cells: Tensor, start: int, end: int) -> Tensor:
+    """``(k, bins, end - start)``: along one axis of each roi (``size``, ``(k,)``), how far
+    samples ``start..end`` of each bin lie from the centre, with ``cells`` samples a bin."""
+    step = (size / bins)[:, None, None]
+    bin_idx = torch.arange(bins, device=size.device, dtype=size.dtype)[None, :, None]
+    sub = torch.arange(start, end, device=size.device, dtype=size.dtype)[None, None] + 0.5
+    cells = cells.clamp(min=1).to(size.dtype)[:, None, None]
+    return -size[:, None, None] / 2 + bin_idx * step + sub * step / cells
+
+
 def _chunk_pool(
     table: Tensor,
     boxes: Tensor,
@@ -108,36 +118,27 @@ def _chunk_pool(
     top_h, top_w = tops
     k = boxes.shape[0]
     image, cx, cy, roi_w, roi_h, theta = boxes.unbind(1)
-    image = image.long()[:, None, None, None, None]
-    cos, sin = torch.cos(theta), torch.sin(theta)
-    count = (grid_h * grid_w).clamp(min=1).to(boxes.dtype)
-    bin_h, bin_w = roi_h / ph, roi_w / pw
-
-    def axis(size: Tensor, step: Tensor, cells: Tensor, bins: int, start: int, end: int) -> Tensor:
-        """``(k, bins, end - start)`` offsets from the centre of samples ``start..end``."""
-        bin_idx = torch.arange(bins, device=boxes.device, dtype=boxes.dtype)[None, :, None]
-        sub = torch.arange(start, end, device=boxes.device, dtype=boxes.dtype)[None, None] + 0.5
-        step = step[:, None, None]
-        return -size[:, None, None] / 2 + bin_idx * step + sub * step / cells[:, None, None]
-
+    # Every per-roi value broadcast over (k, PH, PW, gh, gw).
+    image, cx, cy, cos, sin = (
+        t[:, None, None, None, None] for t in (image.long(), cx, cy, theta.cos(), theta.sin())
+    )
+    count = (grid_h * grid_w).clamp(min=1).to(boxes.dtype)[:, None, None, None, None]
     per_cell = ph * pw * 4
     cols = min(top_w, max(1, _CHUNK_ENTRIES // (k * per_cell)))
     rows_per_block = min(top_h, max(1, _CHUNK_ENTRIES // (k * per_cell * cols)))
     parts = []
     for y0, y1 in _blocks(top_h, rows_per_block):
-        yy = axis(roi_h, bin_h, grid_h.clamp(min=1).to(boxes.dtype), ph, y0, y1)
-        yy = yy[:, :, None, :, None]  # (k, PH, 1, gh, 1)
+        yy = _offsets(roi_h, ph, grid_h, y0, y1)[:, :, None, :, None]  # (k, PH, 1, gh, 1)
         for x0, x1 in _blocks(top_w, cols):
-            xx = axis(roi_w, bin_w, grid_w.clamp(min=1).to(boxes.dtype), pw, x0, x1)
-            xx = xx[:, None, :, None, :]  # (k, 1, PW, 1, gw)
-            c, s = cos[:, None, None, None, None], sin[:, None, None, None, None]
-            y = yy * c - xx * s + cy[:, None, None, None, None]
-            x = yy * s + xx * c + cx[:, None, None, None, None]
+            xx = _offsets(roi_w, pw, grid_w, x0, x1)[:, None, :, None, :]  # (k, 1, PW, 1, gw)
+            y = yy * cos - xx * sin + cy
+            x = yy * sin + xx * cos + cx
             rows, weights = bilinear_entries(y, x, image, *map_size)
-            valid = (torch.arange(y0, y1, device=boxes.device) < grid_h[:, None])[
-                :, None, None, :, None
-            ] & (torch.arange(x0, x1, device=boxes.device) < grid_w[:, None])[:, None, None, None]
-            weights = weights * (valid / count[:, None, None, None, None])[..., None]
+            # Samples past a roi's own grid pad the chunk's: they read nothing.
+            in_h = torch.arange(y0, y1, device=boxes.device) < grid_h[:, None]
+            in_w = torch.arange(x0, x1, device=boxes.device) < grid_w[:, None]
+            valid = in_h[:, None, None, :, None] & in_w[:, None, None, None, :]
+            weights = weights * (valid / count)[..., None]
             rows = torch.where(valid[..., None], rows, -1)
             bags = (rows.reshape(k * ph * pw, -1), weights.reshape(k * ph * pw, -1))
             parts.append(read_rows(table, *bags).view(k, ph * pw, -1))
@@ -188,7 +189,7 @@ def rotated_roi_average(
     if rois.shape[0] == 0:
         return _zero_bins(table, 0, ph * pw).view(0, ph, pw, c).permute(0, 3, 1, 2)
     pieces, order = [], []
-    # roi_chunks' budget counts elements: 4 per table entry keeps chunks under _CHUNK_ENTRIES.
+    # roi_chunks' budget (1 << 24 elements) at 4 a table entry: _CHUNK_ENTRIES entries.
     for idx, top_h, top_w in roi_chunks(grid_h, grid_w, ph * pw * 4 * 4):
         if top_h == 0 or top_w == 0:
             pieces.append(_zero_bins(table, idx.numel(), ph * pw))
