@@ -17,6 +17,7 @@ from types import ModuleType
 from typing import Any, Dict
 
 from mmpar.compat.ops import deprecated_wrappers, saconv
+from mmpar.compat.ops.active_rotated_filter import active_rotated_filter
 from mmpar.compat.ops.bbox import bbox_overlaps
 from mmpar.compat.ops.carafe import CARAFE, CARAFENaive, CARAFEPack, carafe, carafe_naive
 from mmpar.compat.ops.cc_attention import CrissCrossAttention
@@ -54,8 +55,11 @@ from mmpar.compat.ops.point_sample import (
     rel_roi_point_to_rel_img_point,
 )
 from mmpar.compat.ops.psa_mask import PSAMask
+from mmpar.compat.ops.riroi_align_rotated import RiRoIAlignRotated, riroi_align_rotated
 from mmpar.compat.ops.roi_align import RoIAlign, roi_align
+from mmpar.compat.ops.roi_align_rotated import RoIAlignRotated, roi_align_rotated
 from mmpar.compat.ops.roi_pool import RoIPool, roi_pool
+from mmpar.compat.ops.rotated_feature_align import rotated_feature_align
 from mmpar.compat.ops.sync_bn import SyncBatchNorm
 
 #: mmcv's module name (``nms`` for ``mmcv.ops.nms``) -> mmpar's module. Several
@@ -64,6 +68,7 @@ from mmpar.compat.ops.sync_bn import SyncBatchNorm
 MODULES: Dict[str, ModuleType] = {
     name: sys.modules[f"{__name__}.{name}"]
     for name in (
+        "active_rotated_filter",
         "bbox",
         "carafe",
         "cc_attention",
@@ -80,8 +85,11 @@ MODULES: Dict[str, ModuleType] = {
         "nms",
         "point_sample",
         "psa_mask",
+        "riroi_align_rotated",
         "roi_align",
+        "roi_align_rotated",
         "roi_pool",
+        "rotated_feature_align",
         "saconv",
         "sync_bn",
     )
@@ -130,7 +138,13 @@ __all__ = [
     "rel_roi_point_to_rel_img_point",
     "SimpleRoIAlign",
     "SAConv2d",
+    "rotated_feature_align",
+    "RiRoIAlignRotated",
+    "riroi_align_rotated",
+    "RoIAlignRotated",
+    "roi_align_rotated",
     "MultiScaleDeformableAttention",
+    "active_rotated_filter",
     "ConcatCell",
     "SumCell",
     "GlobalPoolingCell",
