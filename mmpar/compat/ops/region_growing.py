@@ -71,7 +71,7 @@ def grow_regions(
         ``(H, W)`` long, the grown labels (a new tensor).
     """
     height, width = labels.shape
-    # One free-never border: neighbours never leave the padded grid.
+    # A border of never-allowed pixels: no step leaves the padded grid.
     stride = width + 2
     padded = F.pad(labels, (1, 1, 1, 1))
     open_ = F.pad(allowed, (1, 1, 1, 1)).flatten()

@@ -130,7 +130,8 @@ def upfirdn2d_native(
     x = input.to(dtype).reshape(n * c, 1, height, width)
     weight = kernel.to(dtype)[None, None]
     if ups == (1, 1) or x.numel() == 0:
-        # conv_transpose2d cannot take an empty map: zero insertion by padding a view.
+        # up == 1 (nothing to insert), or an empty map, which conv_transpose2d cannot take:
+        # zero insertion by padding a view.
         x = x.reshape(n * c, height, 1, width, 1)
         x = F.pad(x, [0, up_x - 1, 0, 0, 0, up_y - 1])
         x = x.reshape(n * c, 1, height * up_y, width * up_x)
