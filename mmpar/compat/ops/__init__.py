@@ -18,6 +18,7 @@ from typing import Any, Dict
 
 from mmpar.compat.ops import deprecated_wrappers, saconv
 from mmpar.compat.ops.bbox import bbox_overlaps
+from mmpar.compat.ops.box_iou_rotated import box_iou_rotated
 from mmpar.compat.ops.carafe import CARAFE, CARAFENaive, CARAFEPack, carafe, carafe_naive
 from mmpar.compat.ops.cc_attention import CrissCrossAttention
 from mmpar.compat.ops.corner_pool import CornerPool
@@ -28,6 +29,7 @@ from mmpar.compat.ops.deform_roi_pool import (
     ModulatedDeformRoIPoolPack,
     deform_roi_pool,
 )
+from mmpar.compat.ops.diff_iou_rotated import diff_iou_rotated_2d, diff_iou_rotated_3d
 from mmpar.compat.ops.focal_loss import (
     SigmoidFocalLoss,
     SoftmaxFocalLoss,
@@ -47,7 +49,7 @@ from mmpar.compat.ops.modulated_deform_conv import (
     modulated_deform_conv2d,
 )
 from mmpar.compat.ops.multi_scale_deform_attn import MultiScaleDeformableAttention
-from mmpar.compat.ops.nms import batched_nms, nms, nms_match, soft_nms
+from mmpar.compat.ops.nms import batched_nms, nms, nms_match, nms_rotated, soft_nms
 from mmpar.compat.ops.point_sample import (
     SimpleRoIAlign,
     point_sample,
@@ -65,12 +67,14 @@ MODULES: Dict[str, ModuleType] = {
     name: sys.modules[f"{__name__}.{name}"]
     for name in (
         "bbox",
+        "box_iou_rotated",
         "carafe",
         "cc_attention",
         "corner_pool",
         "deform_conv",
         "deform_roi_pool",
         "deprecated_wrappers",
+        "diff_iou_rotated",
         "focal_loss",
         "info",
         "masked_conv",
@@ -130,10 +134,14 @@ __all__ = [
     "rel_roi_point_to_rel_img_point",
     "SimpleRoIAlign",
     "SAConv2d",
+    "box_iou_rotated",
+    "nms_rotated",
     "MultiScaleDeformableAttention",
     "ConcatCell",
     "SumCell",
     "GlobalPoolingCell",
+    "diff_iou_rotated_2d",
+    "diff_iou_rotated_3d",
     "Conv2d",
     "ConvTranspose2d",
     "Linear",

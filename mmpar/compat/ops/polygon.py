@@ -134,18 +134,27 @@ def convex_intersection_area(p: Tensor, q: Tensor) -> Tensor:
     tol = _TOLERANCE_EPS * eps * scale
     floor = (eps * scale * scale).clamp(min=torch.finfo(dtype).tiny)
     # Inward normals: left of each edge for a positively oriented p, else right.
-    sign = torch.where(area_p.detach() < 0, -1.0, 1.0).to(dtype)[:, None, None]
+    sign = torch.where(area_p.detach() < 0, -1.0, 1.0).to(dtype)[:, None]
     edges = p.roll(-1, dims=1) - p
-    normals = torch.stack((-edges[..., 1], edges[..., 0]), -1) * sign
-    poly = q
+    normals = torch.stack((-edges[..., 1], edges[..., 0])) * sign  # (2, K, P)
+    # (2, K, Q + 1): the x and y planes, each contiguous, the first vertex repeated
+    # at the end so that every edge is a pair of neighbours.
+    poly = q.permute(2, 0, 1)
+    poly = torch.cat((poly, poly[..., :1]), 2)
+    empty = torch.zeros(poly.shape[1], dtype=torch.bool, device=poly.device)
     for i in range(p.shape[1]):
-        poly = _clip(poly, p[:, i], normals[:, i], tol, floor)
-    inter = polygon_area(poly).abs()
+        poly, outside = _clip(poly, p[:, i].T, normals[:, :, i], tol, floor)
+        empty = empty | outside
+    x, y = poly[0], poly[1]
+    inter = 0.5 * (x[:, :-1] * y[:, 1:] - x[:, 1:] * y[:, :-1]).sum(1).abs()
     bound = torch.minimum(area_p.abs(), area_q.abs())
-    return torch.minimum(inter, bound).reshape(batch).to(out_dtype)
+    inter = torch.where(empty, torch.zeros_like(inter), torch.minimum(inter, bound))
+    return inter.reshape(batch).to(out_dtype)
 
 
-def _clip(poly: Tensor, point: Tensor, normal: Tensor, tol: Tensor, floor: Tensor) -> Tensor:
+def _clip(
+    poly: Tensor, point: Tensor, normal: Tensor, tol: Tensor, floor: Tensor
+) -> tuple[Tensor, Tensor]:
     """One Sutherland-Hodgman step: ``poly`` cut by a half-plane, one vertex longer.
 
     ``poly`` is convex, so its vertices outside the half-plane form one run. Each
@@ -153,54 +162,55 @@ def _clip(poly: Tensor, point: Tensor, normal: Tensor, tol: Tensor, floor: Tenso
     the first of the run, else its projection onto the line), and the entry
     crossing is inserted after the run. Points on one line add nothing to the
     shoelace sum whatever their order, so the result is the clipped polygon. With no
-    crossing, the last vertex is repeated.
+    entry, a vertex is repeated.
 
     Args:
-        poly: ``(K, n, 2)`` vertices.
-        point: ``(K, 2)`` a point of the boundary line.
-        normal: ``(K, 2)`` the normal pointing into the half-plane (the edge's length).
+        poly: ``(2, K, n + 1)`` closed polygons (the last vertex is the first): the
+            x plane, then the y plane.
+        point: ``(2, K)`` a point of the boundary line.
+        normal: ``(2, K)`` the normal pointing into the half-plane (the edge's length).
         tol: ``(K,)`` how far outside a vertex still counts as inside.
         floor: ``(K,)`` a tiny positive floor for denominators (squared length units).
 
     Returns:
-        ``(K, n + 1, 2)`` vertices.
+        ``(2, K, n + 2)`` closed polygons, and ``(K,)`` whether every vertex was outside.
     """
-    k_, n = poly.shape[:2]
-    length = normal.norm(dim=-1)
-    dist = ((poly - point[:, None]) * normal[:, None]).sum(-1)  # signed distance * length
+    n = poly.shape[2] - 1
+    length = torch.hypot(normal[0], normal[1]).detach()  # for the tolerance only
+    rel = poly - point[..., None]
+    dist = normal[0][:, None] * rel[0] + normal[1][:, None] * rel[1]  # distance * length
     slack = (tol * length + floor)[:, None]
     inside = dist >= -(tol * length)[:, None]
-    prev, dist_prev, inside_prev = poly.roll(1, 1), dist.roll(1, 1), inside.roll(1, 1)
-    exit_point = _crossing(prev, dist_prev, poly, dist, slack)
-    norm2 = (length * length)[:, None].clamp(min=floor[:, None])
-    projection = poly - (dist / norm2)[..., None] * normal[:, None]
-    first = torch.where(
-        inside[..., None], poly, torch.where(inside_prev[..., None], exit_point, projection)
-    )
-    enters = ~inside & inside.roll(-1, 1)
+    cur, prev, in_cur, in_prev = poly[..., 1:], poly[..., :-1], inside[:, 1:], inside[:, :-1]
+    exit_point = _crossing(prev, dist[:, :-1], cur, dist[:, 1:], slack)
+    norm2 = (normal * normal).sum(0)[:, None].clamp(min=floor[:, None])
+    projection = cur - (dist[:, 1:] / norm2) * normal[..., None]
+    first = torch.where(in_cur, cur, torch.where(in_prev, exit_point, projection))
+    # The run of outside vertices ends before the vertex (of ``first``) where it enters.
+    enters = in_cur & ~in_prev
     has_entry = enters.any(1)
-    last = torch.full_like(has_entry, n - 1, dtype=torch.long)
-    run_end = torch.where(has_entry, enters.to(torch.uint8).argmax(1), last)  # first entry
-    nxt_index = (run_end + 1) % n
-    rows = torch.arange(k_, device=poly.device)
+    at = enters.to(torch.uint8).argmax(1)[:, None]  # 0 without an entry
     entry = _crossing(
-        poly[rows, nxt_index], dist[rows, nxt_index], poly[rows, run_end], dist[rows, run_end],
-        slack[:, 0],
-    )  # fmt: skip
-    extra = torch.where(has_entry[:, None], entry, first[:, -1])
-    stacked = torch.cat((first, extra[:, None]), 1)
-    j = torch.arange(n + 1, device=poly.device)[None]
-    end = run_end[:, None]
-    src = torch.where(j <= end, j, torch.where(j == end + 1, n, j - 1))
-    return stacked.gather(1, src[..., None].expand(-1, -1, 2))
+        cur.gather(2, at.expand(2, -1, -1)),
+        dist[:, 1:].gather(1, at),
+        prev.gather(2, at.expand(2, -1, -1)),
+        dist[:, :-1].gather(1, at),
+        slack,
+    )
+    extra = torch.where(has_entry[:, None], entry, first.gather(2, at.expand(2, -1, -1)))
+    stacked = torch.cat((first, extra), 2)
+    j = torch.arange(n + 2, device=poly.device) % (n + 1)
+    src = torch.where(j < at, j, torch.where(j == at, n, j - 1))
+    return stacked.gather(2, src.expand(2, -1, -1)), ~inside.any(1)
 
 
 def _crossing(v_in: Tensor, d_in: Tensor, v_out: Tensor, d_out: Tensor, slack: Tensor) -> Tensor:
     """Where the segment from an inside vertex to an outside one meets the line.
 
-    ``d_in`` and ``d_out`` are the vertices' signed distances (times the normal's
-    length). Where they are not an inside/outside pair the result is finite and
-    unused; the clamp keeps that so, and keeps the gradient of the unused lanes 0.
+    ``v_in``/``v_out`` are ``(2, K, m)`` coordinate planes; ``d_in`` and ``d_out``
+    ``(K, m)`` the vertices' signed distances (times the normal's length). Where
+    they are not an inside/outside pair the result is finite and unused; the clamp
+    keeps that so, and keeps the gradient of the unused lanes 0.
     """
     t = (d_in / (d_in - d_out).clamp(min=slack)).clamp(0, 1)
-    return v_in + t[..., None] * (v_out - v_in)
+    return v_in + t * (v_out - v_in)
