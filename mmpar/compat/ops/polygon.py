@@ -118,7 +118,8 @@ def convex_intersection_area(p: Tensor, q: Tensor) -> Tensor:
         ``(...)`` areas, in the dtype ``p`` and ``q`` promote to.
     """
     p, q = _check_polygon("p", p), _check_polygon("q", q)
-    batch = torch.broadcast_shapes(p.shape[:-2], q.shape[:-2])
+    # (torch.broadcast_shapes imports torch._refs on first use: a second or more.)
+    batch = torch.broadcast_tensors(p[..., 0, 0], q[..., 0, 0])[0].shape
     out_dtype = torch.promote_types(p.dtype, q.dtype)
     dtype = float_compute_dtype(out_dtype)
     if p.shape[-2] > q.shape[-2]:  # the intersection is symmetric: fewer clipping edges
