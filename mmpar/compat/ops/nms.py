@@ -363,9 +363,10 @@ def batched_nms(
         scores: ``(N,)`` float.
         idxs: ``(N,)`` int, the class of each box.
         nms_cfg: ``None`` to skip NMS (all boxes, sorted by score), or a dict:
-            ``type`` (``"nms"``, the default, ``"soft_nms"`` or ``"nms_rotated"``), ``split_thr``
-            (default 10000), ``class_agnostic`` (overrides the argument), and the
-            keyword arguments of the NMS op (``iou_threshold``, ``max_num``, ...).
+            ``type`` (``"nms"``, the default, ``"soft_nms"`` or ``"nms_rotated"``),
+            ``split_thr`` (default 10000), ``class_agnostic`` (overrides the
+            argument), and the keyword arguments of the NMS op (``iou_threshold``,
+            ``max_num``, ...).
         class_agnostic: NMS over all boxes regardless of ``idxs``.
 
     Returns:

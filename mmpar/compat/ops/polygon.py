@@ -102,7 +102,8 @@ def convex_intersection_area(p: Tensor, q: Tensor) -> Tensor:
     (each polygon's own orientation is read from its signed area). Repeated vertices
     (padding), collinear and parallel edges, identical or touching polygons and
     zero-area polygons give finite results and finite gradients. The result is
-    clamped to ``[0, min(|area(p)|, |area(q)|)]``.
+    clamped to ``[0, min(|area(p)|, |area(q)|)]``, and is exactly 0 (with a 0
+    gradient) where an edge of one polygon has the other wholly outside it.
 
     Computed in float32 (float64 for float64 input), on coordinates centred on the
     pair, by clipping the polygon with more vertices by each edge of the other:
