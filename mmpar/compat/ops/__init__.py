@@ -19,6 +19,7 @@ from typing import Any, Dict
 from mmpar.compat.ops import deprecated_wrappers, saconv
 from mmpar.compat.ops.active_rotated_filter import active_rotated_filter
 from mmpar.compat.ops.bbox import bbox_overlaps
+from mmpar.compat.ops.box_iou_rotated import box_iou_rotated
 from mmpar.compat.ops.carafe import CARAFE, CARAFENaive, CARAFEPack, carafe, carafe_naive
 from mmpar.compat.ops.cc_attention import CrissCrossAttention
 from mmpar.compat.ops.contour_expand import contour_expand
@@ -30,6 +31,7 @@ from mmpar.compat.ops.deform_roi_pool import (
     ModulatedDeformRoIPoolPack,
     deform_roi_pool,
 )
+from mmpar.compat.ops.diff_iou_rotated import diff_iou_rotated_2d, diff_iou_rotated_3d
 from mmpar.compat.ops.focal_loss import (
     SigmoidFocalLoss,
     SoftmaxFocalLoss,
@@ -50,7 +52,7 @@ from mmpar.compat.ops.modulated_deform_conv import (
     modulated_deform_conv2d,
 )
 from mmpar.compat.ops.multi_scale_deform_attn import MultiScaleDeformableAttention
-from mmpar.compat.ops.nms import batched_nms, nms, nms_match, soft_nms
+from mmpar.compat.ops.nms import batched_nms, nms, nms_match, nms_rotated, soft_nms
 from mmpar.compat.ops.pixel_group import pixel_group
 from mmpar.compat.ops.point_sample import (
     SimpleRoIAlign,
@@ -75,6 +77,7 @@ MODULES: Dict[str, ModuleType] = {
     for name in (
         "active_rotated_filter",
         "bbox",
+        "box_iou_rotated",
         "carafe",
         "cc_attention",
         "contour_expand",
@@ -82,6 +85,7 @@ MODULES: Dict[str, ModuleType] = {
         "deform_conv",
         "deform_roi_pool",
         "deprecated_wrappers",
+        "diff_iou_rotated",
         "focal_loss",
         "fused_bias_leakyrelu",
         "info",
@@ -160,11 +164,15 @@ __all__ = [
     "riroi_align_rotated",
     "RoIAlignRotated",
     "roi_align_rotated",
+    "box_iou_rotated",
+    "nms_rotated",
     "MultiScaleDeformableAttention",
     "active_rotated_filter",
     "ConcatCell",
     "SumCell",
     "GlobalPoolingCell",
+    "diff_iou_rotated_2d",
+    "diff_iou_rotated_3d",
     "Conv2d",
     "ConvTranspose2d",
     "Linear",
