@@ -60,6 +60,15 @@ class Environment:
             return False
         return Path(str(dist.locate_file(""))).resolve() == self.target.resolve()
 
+    def strays(self, name: str, module: str) -> List[str]:
+        """Top-level packages the installed ``name`` put beside ``module`` (e.g. ``tests``)."""
+        dist = self.distribution(name)
+        if dist is None:
+            return []
+        tops = {str(f).replace("\\", "/").split("/")[0] for f in dist.files or []}
+        meta = {t for t in tops if t.endswith((".dist-info", ".data"))}
+        return sorted(tops - meta - {module, f"{module}.py", "..", "__pycache__"})
+
     def satisfies(self, requirement: Requirement) -> bool:
         """Whether an installed distribution meets ``requirement`` (its version included)."""
         if canonicalize_name(requirement.name) in CV2_DISTS:

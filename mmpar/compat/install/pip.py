@@ -30,6 +30,7 @@ __all__ = [
     "fetch_wheel",
     "install",
     "resolve",
+    "strip_wheel",
     "wheel_requires",
 ]
 
@@ -142,6 +143,42 @@ def fetch_wheel(dist: str, version: str, cache: Path, no_isolation: bool = False
     if wheel is None:
         raise InstallError(f"pip left no {dist}-{version} wheel in {cache}")
     return wheel
+
+
+def _top(entry: str) -> str:
+    return entry.split("/")[0]
+
+
+def strip_wheel(wheel: Path, keep: Sequence[str]) -> List[str]:
+    """Rewrite ``wheel`` without top-level entries other than ``keep`` and its metadata.
+
+    mmpose's and mmsegmentation's wheels ship their test suites as a top-level
+    ``tests`` package: installed, it shadows every project's ``tests/`` that is a
+    namespace package (no ``__init__.py``), e.g. ``from tests.x import y`` there.
+
+    Returns:
+        The top-level entries left out (``["tests"]``), none if the wheel was clean.
+    """
+    with zipfile.ZipFile(wheel) as src:
+        infos = src.infolist()
+        meta = next(_top(i.filename) for i in infos if _top(i.filename).endswith(".dist-info"))
+        allowed = {*keep, meta, meta[: -len(".dist-info")] + ".data"}
+        dropped = sorted({_top(i.filename) for i in infos} - allowed)
+        if not dropped:
+            return []
+        partial = wheel.with_name(wheel.name + ".part")
+        with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as dst:
+            for info in infos:
+                if _top(info.filename) in dropped:
+                    continue
+                data = src.read(info)
+                if info.filename == f"{meta}/RECORD":
+                    lines = data.decode("utf-8").splitlines(keepends=True)
+                    kept = [line for line in lines if _top(line.split(",")[0]) not in dropped]
+                    data = "".join(kept).encode("utf-8")
+                dst.writestr(info, data)
+    os.replace(partial, wheel)
+    return dropped
 
 
 def wheel_requires(wheel: Path) -> List[str]:

@@ -97,7 +97,7 @@ def _requirement(
     key = (owner, name)
     if name in ("torchvision",) and env.version(name) is None:
         needs.note(
-            f"{owner} imports torchvision, which is not installed: install the torchvision "
+            f"{owner} requires torchvision, which is not installed: install the torchvision "
             "build made for your torch (mmpar's mmcv.ops need it too)"
         )
     if name in NEVER:

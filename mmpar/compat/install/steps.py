@@ -29,6 +29,7 @@ from mmpar.compat.install.pip import (
     fetch_wheel,
     install,
     resolve,
+    strip_wheel,
     wheel_requires,
 )
 from mmpar.compat.install.requirements import Needs, runtime_requirements, usable_resolution
@@ -74,10 +75,21 @@ class Installer:
 
     def modules(self) -> List[str]:
         """The import names of mmcv and the codebases."""
-        return ["mmcv"] + [CODEBASES[dist].module for dist in self.request.versions]
+        return [_module(dist) for dist in self.versions]
 
     def _pending(self) -> List[str]:
-        return [dist for dist, want in self.versions.items() if self.env.version(dist) != want]
+        """mmcv and the codebases to install: absent, at another version, or with strays."""
+        return [
+            dist
+            for dist, want in self.versions.items()
+            if self.env.version(dist) != want or self._strays(dist)
+        ]
+
+    def _strays(self, dist: str) -> List[str]:
+        """What ``dist`` installed beside its package where this install replaces it."""
+        if self.target is not None and not self.env.in_target(dist):
+            return []  # --target adds, and cannot take from the main site-packages
+        return self.env.strays(dist, _module(dist))
 
     def _named(self, dist: str) -> str:
         version = self.versions[dist]
@@ -98,8 +110,23 @@ class Installer:
                 default = CODEBASES[dist].default
                 why += f"; mmcv range known for {default}: this one's is checked on import, last"
             self.say(f"{dist} {version} ({why})")
+        for dist in self.versions:
+            strays = self._strays(dist)
+            if strays:
+                self.say(
+                    f"{dist} {self.env.version(dist)} is installed with a top-level "
+                    f"{', '.join(strays)} package beside {_module(dist)}, which shadows other "
+                    "projects' (a tests/ folder without __init__.py): it is reinstalled without"
+                )
         for dist, codebase in CODEBASES.items():
             installed = self.env.version(dist)
+            strays = self.env.strays(dist, codebase.module)
+            if strays and not self._strays(dist):
+                self.say(
+                    f"note: {dist} {installed} is installed with a top-level "
+                    f"{', '.join(strays)} package, which shadows other projects' (a tests/ "
+                    "folder without __init__.py): name it here to reinstall it without"
+                )
             if dist in self.versions or installed != codebase.default:
                 continue
             if self.mmcv not in codebase.mmcv_range():
@@ -190,6 +217,7 @@ class Installer:
         wheel = cached_wheel(dist, version, self.cache)
         if wheel is not None:
             self.say(f"{dist} {version}: cached wheel {wheel}")
+            self._strip(dist, wheel)
             return wheel
         start = time.perf_counter()
         if dist == "mmcv":
@@ -199,7 +227,16 @@ class Installer:
             wheel = fetch_wheel(dist, version, self.cache, CODEBASES[dist].setup_imports_torch)
             how = "fetched"
         self.say(f"{dist} {version}: {how} in {_secs(start)}, cached as {wheel}")
+        self._strip(dist, wheel)
         return wheel
+
+    def _strip(self, dist: str, wheel: Path) -> None:
+        dropped = strip_wheel(wheel, [_module(dist), f"{_module(dist)}.py"])
+        if dropped:
+            self.say(
+                f"{dist}: left its top-level {', '.join(dropped)} out of the wheel "
+                "(it would shadow other projects' packages of that name)"
+            )
 
     def _resolved(self, needs: Needs, constraints: Path) -> List[str]:
         if not needs.missing:
@@ -262,6 +299,10 @@ def _change(name: str, version: str, env: Environment) -> str:
         return shown
     verb = "replaces" if env.target is None or env.in_target(name) else "shadows"
     return f"{shown} ({verb} {installed})"
+
+
+def _module(dist: str) -> str:
+    return "mmcv" if dist == "mmcv" else CODEBASES[dist].module
 
 
 def _major(version: Optional[str]) -> int:
