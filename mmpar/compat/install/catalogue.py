@@ -59,7 +59,8 @@ class Codebase:
         dist: Its name on the package index.
         module: Its import name.
         default: The version installed when none is named: its last mmcv-1.x release.
-        mmcv: The mmcv versions its default version accepts on import.
+        mmcv: The mmcv versions its default version accepts on import (older versions
+            are taken to accept no newer mmcv).
         needs: The other codebases it imports (installed with it, at their defaults).
         setup_imports_torch: Its sdist's ``setup.py`` imports torch, so its wheel is
             built by this Python, without build isolation.
@@ -199,11 +200,14 @@ def parse_codebases(args: Sequence[str]) -> Request:
 
 
 def _ranges(request: Request) -> List[Tuple[str, SpecifierSet]]:
-    """``("<codebase> <version>", mmcv range)`` for each codebase at its catalogued version."""
+    """``("<codebase> <version>", mmcv range)`` for each codebase.
+
+    The range is the default version's: an older release accepts no newer mmcv (it
+    may accept fewer, which then shows on import).
+    """
     return [
         (f"{dist} {version}", CODEBASES[dist].mmcv_range())
         for dist, version in request.versions.items()
-        if version == CODEBASES[dist].default
     ]
 
 

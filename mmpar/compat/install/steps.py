@@ -108,26 +108,29 @@ class Installer:
                 why = f"{' and '.join(users)} import{'s' if len(users) == 1 else ''} it"
             if version != CODEBASES[dist].default:
                 default = CODEBASES[dist].default
-                why += f"; mmcv range known for {default}: this one's is checked on import, last"
+                why += f"; mmcv range taken from {default}'s, and checked on import, last"
             self.say(f"{dist} {version} ({why})")
-        for dist in self.versions:
-            strays = self._strays(dist)
-            if strays:
-                self.say(
-                    f"{dist} {self.env.version(dist)} is installed with a top-level "
-                    f"{', '.join(strays)} package beside {_module(dist)}, which shadows other "
-                    "projects' (a tests/ folder without __init__.py): it is reinstalled without"
-                )
-        for dist, codebase in CODEBASES.items():
+        self._installed_notes()
+
+    def _installed_notes(self) -> None:
+        """What is installed already that this install mends, or cannot."""
+        for dist in ["mmcv", *CODEBASES]:
             installed = self.env.version(dist)
-            strays = self.env.strays(dist, codebase.module)
-            if strays and not self._strays(dist):
+            strays = self.env.strays(dist, _module(dist))
+            if strays:
+                mended = bool(self._strays(dist))
                 self.say(
-                    f"note: {dist} {installed} is installed with a top-level "
-                    f"{', '.join(strays)} package, which shadows other projects' (a tests/ "
-                    "folder without __init__.py): name it here to reinstall it without"
+                    f"{'' if mended else 'note: '}{dist} {installed} is installed with a "
+                    f"top-level {', '.join(strays)} package, which shadows other projects' (a "
+                    "tests/ folder without __init__.py): "
+                    + (
+                        "it is reinstalled without"
+                        if mended
+                        else "naming it here, without --target, reinstalls it without"
+                    )
                 )
-            if dist in self.versions or installed != codebase.default:
+            codebase = CODEBASES.get(dist)
+            if codebase is None or dist in self.versions or installed != codebase.default:
                 continue
             if self.mmcv not in codebase.mmcv_range():
                 self.say(
@@ -155,7 +158,7 @@ class Installer:
 
     def _already(self) -> None:
         done = ", ".join(f"{dist} {version}" for dist, version in self.versions.items())
-        where = f" in {self.target}" if self.target else ""
+        where = f" (with {self.target} first on PYTHONPATH)" if self.target else ""
         self.say(f"already installed{where}: {done} and their runtime requirements; nothing to do")
 
     def dry_run(self) -> None:
