@@ -11,6 +11,8 @@ from __future__ import annotations
 import shlex
 import subprocess
 import sys
+import venv
+import zipfile
 from pathlib import Path
 from typing import Dict, List
 
@@ -20,6 +22,7 @@ from mmpar.compat.install.catalogue import CODEBASES, choose_mmcv, parse_codebas
 from mmpar.compat.install.cli import main
 from mmpar.compat.install.environment import Environment
 from mmpar.compat.install.errors import InstallError
+from mmpar.compat.install.pip import check_pip, install, strip_wheel
 from mmpar.compat.install.requirements import (
     runtime_requirements,
     usable_resolution,
@@ -108,6 +111,48 @@ def test_mmcv_full_in_the_way_is_refused(capsys, tmp_path, monkeypatch) -> None:
     assert err[0].startswith("error: mmcv-full 1.7.2 is installed") and "--target" in err[0]
     code, out, err = dry_run(capsys, "mmdet", "--target", str(tmp_path / "t"))
     assert code == 0, err
+
+
+def test_no_pip_and_a_failed_pip_call_are_one_line(tmp_path) -> None:
+    bare = tmp_path / "bare"
+    venv.EnvBuilder(with_pip=False).create(bare)
+    with pytest.raises(InstallError, match=r"^no pip for .*bare.*ensurepip") as caught:
+        check_pip(str(bare / "bin" / "python"))
+    assert "\n" not in str(caught.value)
+    constraints = tmp_path / "constraints.txt"
+    constraints.write_text("")
+    with pytest.raises(InstallError, match=r"^pip failed to install: .*no-such") as caught:
+        install([str(tmp_path / "no-such-1.0-py3-none-any.whl")], constraints, tmp_path / "t")
+    message = str(caught.value)
+    assert "\n" not in message and message.endswith(".log)")
+    log = Path(message.rsplit("full output: ", 1)[1][:-1])
+    assert "no-such" in log.read_text()
+    log.unlink()
+
+
+def test_top_level_packages_beside_a_codebase_are_left_out(tmp_path) -> None:
+    wheel = tmp_path / "mmpose-0.29.0-py2.py3-none-any.whl"
+    record = "mmpose/__init__.py,,\ntests/__init__.py,,\nmmpose-0.29.0.dist-info/RECORD,,\n"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("mmpose/__init__.py", "")
+        archive.writestr("tests/__init__.py", "")
+        archive.writestr("tests/test_a.py", "")
+        archive.writestr("mmpose-0.29.0.dist-info/METADATA", "Name: mmpose\nVersion: 0.29.0\n")
+        archive.writestr("mmpose-0.29.0.dist-info/RECORD", record)
+    assert strip_wheel(wheel, ["mmpose"]) == ["tests"]
+    with zipfile.ZipFile(wheel) as archive:
+        assert sorted(archive.namelist()) == [
+            "mmpose-0.29.0.dist-info/METADATA",
+            "mmpose-0.29.0.dist-info/RECORD",
+            "mmpose/__init__.py",
+        ]
+        assert "tests/" not in archive.read("mmpose-0.29.0.dist-info/RECORD").decode()
+    assert strip_wheel(wheel, ["mmpose"]) == []
+    # Installed with its tests: the environment sees them (and a plan reinstalls it).
+    info = site(tmp_path / "site", mmpose="0.29.0") / "mmpose-0.29.0.dist-info"
+    (info / "RECORD").write_text(record)
+    env = Environment(path=[str(tmp_path / "site")])
+    assert env.strays("mmpose", "mmpose") == ["tests"]
 
 
 # --------------------------------------------------------------------------- plans
