@@ -20,6 +20,7 @@ from mmpar.compat.ops import deprecated_wrappers, saconv
 from mmpar.compat.ops.bbox import bbox_overlaps
 from mmpar.compat.ops.carafe import CARAFE, CARAFENaive, CARAFEPack, carafe, carafe_naive
 from mmpar.compat.ops.cc_attention import CrissCrossAttention
+from mmpar.compat.ops.chamfer_distance import chamfer_distance
 from mmpar.compat.ops.corner_pool import CornerPool
 from mmpar.compat.ops.deform_conv import DeformConv2d, DeformConv2dPack, deform_conv2d
 from mmpar.compat.ops.deform_roi_pool import (
@@ -41,6 +42,7 @@ from mmpar.compat.ops.info import (
 )
 from mmpar.compat.ops.masked_conv import MaskedConv2d, masked_conv2d
 from mmpar.compat.ops.merge_cells import ConcatCell, GlobalPoolingCell, SumCell
+from mmpar.compat.ops.min_area_polygons import min_area_polygons
 from mmpar.compat.ops.modulated_deform_conv import (
     ModulatedDeformConv2d,
     ModulatedDeformConv2dPack,
@@ -53,6 +55,7 @@ from mmpar.compat.ops.point_sample import (
     point_sample,
     rel_roi_point_to_rel_img_point,
 )
+from mmpar.compat.ops.points_in_polygons import points_in_polygons
 from mmpar.compat.ops.psa_mask import PSAMask
 from mmpar.compat.ops.roi_align import RoIAlign, roi_align
 from mmpar.compat.ops.roi_pool import RoIPool, roi_pool
@@ -67,6 +70,7 @@ MODULES: Dict[str, ModuleType] = {
         "bbox",
         "carafe",
         "cc_attention",
+        "chamfer_distance",
         "corner_pool",
         "deform_conv",
         "deform_roi_pool",
@@ -75,10 +79,12 @@ MODULES: Dict[str, ModuleType] = {
         "info",
         "masked_conv",
         "merge_cells",
+        "min_area_polygons",
         "modulated_deform_conv",
         "multi_scale_deform_attn",
         "nms",
         "point_sample",
+        "points_in_polygons",
         "psa_mask",
         "roi_align",
         "roi_pool",
@@ -131,6 +137,9 @@ __all__ = [
     "SimpleRoIAlign",
     "SAConv2d",
     "MultiScaleDeformableAttention",
+    "points_in_polygons",
+    "min_area_polygons",
+    "chamfer_distance",
     "ConcatCell",
     "SumCell",
     "GlobalPoolingCell",
