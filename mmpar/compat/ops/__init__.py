@@ -21,6 +21,7 @@ from mmpar.compat.ops.bbox import bbox_overlaps
 from mmpar.compat.ops.carafe import CARAFE, CARAFENaive, CARAFEPack, carafe, carafe_naive
 from mmpar.compat.ops.cc_attention import CrissCrossAttention
 from mmpar.compat.ops.chamfer_distance import chamfer_distance
+from mmpar.compat.ops.convex_iou import convex_giou, convex_iou
 from mmpar.compat.ops.corner_pool import CornerPool
 from mmpar.compat.ops.deform_conv import DeformConv2d, DeformConv2dPack, deform_conv2d
 from mmpar.compat.ops.deform_roi_pool import (
@@ -71,6 +72,7 @@ MODULES: Dict[str, ModuleType] = {
         "carafe",
         "cc_attention",
         "chamfer_distance",
+        "convex_iou",
         "corner_pool",
         "deform_conv",
         "deform_roi_pool",
@@ -139,6 +141,8 @@ __all__ = [
     "MultiScaleDeformableAttention",
     "points_in_polygons",
     "min_area_polygons",
+    "convex_iou",
+    "convex_giou",
     "chamfer_distance",
     "ConcatCell",
     "SumCell",

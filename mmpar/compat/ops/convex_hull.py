@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["convex_hull", "gather_points", "hull_mask", "signed_area"]
+__all__ = ["convex_hull", "gather_points", "hull_mask"]
 
 # Elements of the largest (chunk, K, K, K) tensor of the edge tests.
 _CHUNK_ELEMENTS = 1 << 22
@@ -98,9 +98,3 @@ def hull_mask(order: Tensor, count: Tensor) -> Tensor:
     valid = torch.arange(k, device=order.device) < count[..., None]
     mask = torch.zeros(order.shape, dtype=torch.bool, device=order.device)
     return mask.scatter(-1, torch.where(valid, order, order[..., :1]), True)
-
-
-def signed_area(polygons: Tensor) -> Tensor:
-    """Shoelace area of ``(..., V, 2)`` polygons: positive counter-clockwise."""
-    x, y = polygons[..., 0], polygons[..., 1]
-    return (x * y.roll(-1, -1) - y * x.roll(-1, -1)).sum(-1) / 2
