@@ -149,11 +149,10 @@ def _clip(poly: Tensor, point: Tensor, normal: Tensor, tol: Tensor, floor: Tenso
     """One Sutherland-Hodgman step: ``poly`` cut by a half-plane, one vertex longer.
 
     ``poly`` is convex, so its vertices outside the half-plane form one run. Each
-    such vertex is replaced by a point on the boundary line (the exit crossing for
-    the first of the run, else its projection onto the line), and the entry
-    crossing is inserted after the run. Points on one line add nothing to the
-    shoelace sum whatever their order, so the result is the clipped polygon. With no
-    crossing, the last vertex is repeated.
+    such vertex is replaced by the run's exit crossing (repeated vertices add nothing
+    to the shoelace sum), and the entry crossing is inserted after the run: the
+    result is the clipped polygon, convex again. With no crossing, the last vertex
+    is repeated.
 
     Args:
         poly: ``(K, n, 2)`` vertices.
@@ -172,10 +171,15 @@ def _clip(poly: Tensor, point: Tensor, normal: Tensor, tol: Tensor, floor: Tenso
     inside = dist >= -(tol * length)[:, None]
     prev, dist_prev, inside_prev = poly.roll(1, 1), dist.roll(1, 1), inside.roll(1, 1)
     exit_point = _crossing(prev, dist_prev, poly, dist, slack)
-    norm2 = (length * length)[:, None].clamp(min=floor[:, None])
-    projection = poly - (dist / norm2)[..., None] * normal[:, None]
+    # The rest of the run collapses onto the run's exit crossing: projections onto the
+    # line could reach past the clipped polygon, which the next cuts take as convex.
+    exits = ~inside & inside_prev
+    exit_at = exits.to(torch.uint8).argmax(1)  # 0 without an exit: every vertex is outside
+    run_exit = exit_point[torch.arange(k_, device=poly.device), exit_at]
     first = torch.where(
-        inside[..., None], poly, torch.where(inside_prev[..., None], exit_point, projection)
+        inside[..., None],
+        poly,
+        torch.where(inside_prev[..., None], exit_point, run_exit[:, None]),
     )
     enters = ~inside & inside.roll(-1, 1)
     has_entry = enters.any(1)
