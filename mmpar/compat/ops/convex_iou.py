@@ -18,7 +18,8 @@ Differences from mmcv-full: the polygon is taken to be convex (mmcv's sum also
 measures a non-convex one; the rotated boxes mmrotate passes are convex). The
 areas are computed in float32 for :func:`convex_iou` (float64 for float64 input),
 and in float64 for :func:`convex_giou`, as mmcv's kernels do; both return the
-pointsets' dtype. A pair whose union is empty gives NaN, as in mmcv.
+pointsets' dtype. A pair whose union is empty gives NaN, as in mmcv, and so does a
+pair with a non-finite coordinate.
 """
 
 from __future__ import annotations
@@ -107,7 +108,8 @@ def convex_iou(pointsets: Tensor, polygons: Tensor) -> Tensor:
         r, c = rows[start : start + _CHUNK_PAIRS], cols[start : start + _CHUNK_PAIRS]
         inter[r, c] = convex_intersection_area(hulls[r], quads[c])
     iou = inter / (area_p[:, None] + area_q[None] - inter)
-    return iou.to(pointsets.dtype)
+    finite = torch.isfinite(pointsets).all(1)[:, None] & torch.isfinite(polygons).all(1)[None]
+    return torch.where(finite, iou, torch.nan).to(pointsets.dtype)
 
 
 def convex_giou(pointsets: Tensor, polygons: Tensor) -> Tuple[Tensor, Tensor]:
@@ -135,10 +137,12 @@ def convex_giou(pointsets: Tensor, polygons: Tensor) -> Tuple[Tensor, Tensor]:
         )
     gious, grads = [pointsets.new_zeros((0,))], [pointsets.new_zeros((0, 18))]
     for start in range(0, n, _GIOU_ROWS):
-        giou, grad = _giou(
-            pointsets[start : start + _GIOU_ROWS].detach().double(),
-            polygons[start : start + _GIOU_ROWS].detach().double(),
-        )
+        points = pointsets[start : start + _GIOU_ROWS].detach().double()
+        polys = polygons[start : start + _GIOU_ROWS].detach().double()
+        finite = (torch.isfinite(points).all(1) & torch.isfinite(polys).all(1))[:, None]
+        giou, grad = _giou(points.where(finite, 0.0), polys.where(finite, 0.0))
+        giou = giou.where(finite[:, 0], torch.nan)
+        grad = grad.where(finite, torch.nan)
         gious.append(giou.to(pointsets.dtype))
         grads.append(grad.to(pointsets.dtype))
     return torch.cat(gious), torch.cat(grads)

@@ -7,8 +7,9 @@ into ``[0, pi/2)`` with mmcv's float32 constant ``pi = 3.1415926``, the hull
 rotated by it, the box of the rotated points. The first angle of least area wins,
 and its box, rotated back, is the rectangle, written from the corner
 ``(x_max, y_min)`` of the rotated frame: ``(x_max, y_min), (x_min, y_min),
-(x_min, y_max), (x_max, y_max)``. Here every edge is tried at once, in float32 as in
-the kernel, so that the same angle, hence the same first corner, wins.
+(x_min, y_max), (x_max, y_max)``. Here every edge is tried at once, in float32 for
+every input dtype as in the kernel (which reads the points into floats), so that
+the same angle, hence the same first corner, wins.
 
 Several orientations often give the same least area in real numbers (a rectangle
 flush with any side of a triangle of hull points has twice the triangle's area),
@@ -54,7 +55,7 @@ def _check(pointsets: object) -> Tensor:
     return pointsets
 
 
-def edge_angles(edges: Tensor) -> Tensor:
+def _edge_angles(edges: Tensor) -> Tensor:
     """The kernel's orientation of each ``(..., 2)`` float32 edge, in about ``[0, pi/2]``.
 
     ``atan2`` in float64, rounded to float32; a non-negative angle is reduced by
@@ -97,7 +98,7 @@ def min_area_polygons(pointsets: Tensor) -> Tensor:
     # The padding repeats the first vertex: the last hull edge closes the hull, and the
     # padding's edges, of length 0, are masked out below.
     edges = hull.roll(-1, 1) - hull
-    angle = edge_angles(edges)  # (n, K) one candidate per hull edge
+    angle = _edge_angles(edges)  # (n, K) one candidate per hull edge
     # float32 cos and sin as correctly rounded as can be: those of the angle in float64.
     cos, sin = (f(angle.double()).float()[..., None] for f in (torch.cos, torch.sin))
     x, y = pts[:, None, :, 0], pts[:, None, :, 1]
@@ -110,7 +111,7 @@ def min_area_polygons(pointsets: Tensor) -> Tensor:
     y_max = torch.where(vertex, rot_y, -math.inf).amax(-1)
     area = (x_max - x_min) * (y_max - y_min)
     # A single point's hull has one edge, of length 0 (the kernel's angle 0).
-    tried = torch.arange(k, device=pts.device) < count.clamp(min=1)[:, None]
+    tried = torch.arange(k, device=pts.device) < count[:, None]
     best = torch.where(tried, area, math.inf).argmin(1, keepdim=True)
     c, s, x0, x1, y0, y1 = (
         t.gather(1, best)[:, 0] for t in (cos[..., 0], sin[..., 0], x_min, x_max, y_min, y_max)

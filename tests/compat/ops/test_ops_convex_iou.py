@@ -139,6 +139,18 @@ def test_repeated_points_give_the_first_the_gradient() -> None:
     assert grad[0, 16:].abs().sum() == 0
 
 
+def test_non_finite_gives_nan() -> None:
+    points, quads = random_inputs(3, seed=5)
+    points[0, 4] = math.nan
+    quads[1, 2] = math.inf
+    iou = convex_iou(points, quads)
+    assert iou[0].isnan().all() and iou[:, 1].isnan().all()
+    assert iou[1:, [0, 2]].isfinite().all()
+    giou, grad = convex_giou(points, quads)
+    assert giou[:2].isnan().all() and grad[:2].isnan().all()
+    assert giou[2].item() == pytest.approx(ref.giou(points[2].tolist(), quads[2].tolist()))
+
+
 @pytest.mark.parametrize("dtype", HALF_DTYPES)
 def test_half(dtype: torch.dtype) -> None:
     points = torch.tensor(MMCV_POINTSETS, dtype=dtype)
