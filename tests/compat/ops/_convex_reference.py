@@ -13,6 +13,9 @@ Written from the definitions, one polygon at a time, in float64:
 ``clip(subject, clipper) -> list``
     The intersection of two counter-clockwise convex polygons, by Sutherland-Hodgman.
 
+``pairs(flat) -> list``
+    ``[x1, y1, x2, y2, ...]`` as ``[(x1, y1), (x2, y2), ...]``.
+
 ``iou(points, quad) -> float``, ``giou(points, quad) -> float``
     IoU and GIoU of a point set's hull with a convex quadrilateral (either
     orientation), as mmcv's ``convex_iou`` / ``convex_giou`` define them.
@@ -88,22 +91,22 @@ def _quad(flat: Sequence[float]) -> List[Point]:
     return quad if area(quad) >= 0 else quad[::-1]
 
 
-def _pairs(flat: Sequence[float]) -> List[Point]:
+def pairs(flat: Sequence[float]) -> List[Point]:
     return [(float(flat[2 * i]), float(flat[2 * i + 1])) for i in range(len(flat) // 2)]
 
 
 def iou(points: Sequence[float], quad: Sequence[float]) -> float:
-    h, q = hull(_pairs(points)), _quad(quad)
+    h, q = hull(pairs(points)), _quad(quad)
     inter = abs(area(clip(h, q))) if len(h) >= 3 else 0.0
     union = area(h) + area(q) - inter if len(h) >= 3 else area(q)
     return inter / union
 
 
 def giou(points: Sequence[float], quad: Sequence[float]) -> float:
-    h, q = hull(_pairs(points)), _quad(quad)
+    h, q = hull(pairs(points)), _quad(quad)
     inter = abs(area(clip(h, q))) if len(h) >= 3 else 0.0
     union = (area(h) if len(h) >= 3 else 0.0) + area(q) - inter
-    enclosing = area(hull(_pairs(points) + q))
+    enclosing = area(hull(pairs(points) + q))
     return inter / union - (enclosing - union) / enclosing
 
 

@@ -101,7 +101,7 @@ def test_giou_and_gradient_in_general_position(device: str) -> None:
             numeric.append((ref.giou(hi, quad) - ref.giou(lo, quad)) / (2 * step))
         torch.testing.assert_close(grad[row].cpu(), torch.tensor(numeric, dtype=torch.float64))
     # Only hull vertices move the hull: the others get 0.
-    hull_sizes = [len(ref.hull(ref._pairs(p))) for p in points.tolist()]
+    hull_sizes = [len(ref.hull(ref.pairs(p))) for p in points.tolist()]
     assert (grad.reshape(8, 9, 2).abs().sum(-1) > 0).sum(1).tolist() == hull_sizes
 
 
