@@ -160,11 +160,10 @@ def _clip(
     """One Sutherland-Hodgman step: ``poly`` cut by a half-plane, one vertex longer.
 
     ``poly`` is convex, so its vertices outside the half-plane form one run. Each
-    such vertex is replaced by a point on the boundary line (the exit crossing for
-    the first of the run, else its projection onto the line), and the entry
-    crossing is inserted after the run. Points on one line add nothing to the
-    shoelace sum whatever their order, so the result is the clipped polygon. With no
-    entry, a vertex is repeated.
+    such vertex is replaced by the run's exit crossing (repeated vertices add nothing
+    to the shoelace sum), and the entry crossing is inserted after the run: the
+    result is the clipped polygon, convex again. With no crossing, the last vertex
+    is repeated.
 
     Args:
         poly: ``(2, K, n + 1)`` closed polygons (the last vertex is the first): the
@@ -185,9 +184,11 @@ def _clip(
     inside = dist >= -(tol * length)[:, None]
     cur, prev, in_cur, in_prev = poly[..., 1:], poly[..., :-1], inside[:, 1:], inside[:, :-1]
     exit_point = _crossing(prev, dist[:, :-1], cur, dist[:, 1:], slack)
-    norm2 = (normal * normal).sum(0)[:, None].clamp(min=floor[:, None])
-    projection = cur - (dist[:, 1:] / norm2) * normal[..., None]
-    first = torch.where(in_cur, cur, torch.where(in_prev, exit_point, projection))
+    # The rest of the run collapses onto the run's exit crossing: projections onto the
+    # line could reach past the clipped polygon, which the next cuts take as convex.
+    exit_at = (in_prev & ~in_cur).to(torch.uint8).argmax(1)[:, None]  # 0 without an exit
+    run_exit = exit_point.gather(2, exit_at.expand(2, -1, -1))
+    first = torch.where(in_cur, cur, torch.where(in_prev, exit_point, run_exit))
     # The run of outside vertices ends before the vertex (of ``first``) where it enters.
     enters = in_cur & ~in_prev
     has_entry = enters.any(1)
