@@ -31,7 +31,11 @@ _MIN_AREA = 1e-14
 
 
 def _check_boxes(name: str, boxes: object) -> Tensor:
-    """``boxes`` if it is ``(n, 5)`` float, or empty (``n == 0``, any shape); else an error."""
+    """The ``(n, 5)`` boxes of ``(n, >= 5)`` float ``boxes`` (or empty: ``n == 0``, any shape).
+
+    Columns past the fifth are ignored, as mmcv's kernels read the first five of each
+    row: mmrotate's mAP evaluation passes detections with their score, ``(n, 6)``.
+    """
     if not isinstance(boxes, Tensor):
         raise TypeError(
             f"mmcv.ops.box_iou_rotated: {name} must be a torch.Tensor, got {type(boxes).__name__}"
@@ -41,12 +45,13 @@ def _check_boxes(name: str, boxes: object) -> Tensor:
             f"mmcv.ops.box_iou_rotated: {name} must be a floating-point tensor, got {boxes.dtype}"
         )
     empty = boxes.dim() >= 1 and boxes.shape[0] == 0
-    if not empty and (boxes.dim() != 2 or boxes.shape[1] != 5):
+    if not empty and (boxes.dim() != 2 or boxes.shape[1] < 5):
         raise ValueError(
-            f"mmcv.ops.box_iou_rotated: {name} must have shape (n, 5) (x, y, w, h, angle) "
+            f"mmcv.ops.box_iou_rotated: {name} must have shape (n, 5) (x, y, w, h, angle; "
+            "more columns are ignored) "
             f"or be empty, got {tuple(boxes.shape)}"
         )
-    return boxes
+    return boxes if empty else boxes[:, :5]
 
 
 def box_iou_rotated(

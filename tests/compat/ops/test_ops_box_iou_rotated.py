@@ -155,6 +155,14 @@ def test_gradcheck(mode: str, aligned: bool) -> None:
     assert torch.autograd.gradcheck(lambda a, b: box_iou_rotated(a, b, mode, aligned), (b1, b2))
 
 
+def test_columns_past_the_fifth_are_ignored_as_by_mmcvs_kernel() -> None:
+    # mmrotate's eval_map passes detections with their score: (n, 6).
+    dets = torch.tensor([[10.0, 10, 8, 4, 0.1, 0.9], [30, 30, 4, 4, 0, 0.2]])
+    gts = torch.tensor([[10.0, 10, 8, 4, 0.1], [31, 30, 4, 4, 0]])
+    torch.testing.assert_close(box_iou_rotated(dets, gts), box_iou_rotated(dets[:, :5], gts))
+    assert box_iou_rotated(dets, gts)[0, 0].item() == pytest.approx(1.0)
+
+
 def test_bad_input() -> None:
     b = torch.tensor([[0.0, 0, 1, 1, 0]])
     with pytest.raises(ValueError, match="rotated: mode must be 'iou' or 'iof', got 'giou'"):
