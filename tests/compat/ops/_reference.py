@@ -19,6 +19,14 @@ API:
     RoIAlign's neighbours and weights, clamped onto the map (roi_align,
     deform_roi_pool).
 
+``roi_align_read(fmap, y, x) -> (value, taps)``
+    RoIAlign's bilinear read of a map given as lists of rows, with the pixels and
+    weights it reads (the rotated ops).
+
+``rotated_roi_samples(roi, out_size, spatial_scale, sampling_ratio, aligned, clockwise)``
+    Where rotated RoI Align samples each bin of a ``(batch_idx, cx, cy, w, h, angle)``
+    roi, and the count it divides by (roi_align_rotated, riroi_align_rotated).
+
 ``box_overlap(a, b, mode="iou", offset=0) -> float``
     IoU / IoF of two boxes as mmcv's kernels define it (bbox_overlaps, nms).
 
@@ -116,6 +124,72 @@ def roi_align_corners(y: float, x: float, height: int, width: int) -> Optional[R
     ly, lx = yc - y_low, xc - x_low
     hy, hx = 1 - ly, 1 - lx
     return y_low, y_high, x_low, x_high, (hy * hx, hy * lx, ly * hx, ly * lx)
+
+
+def roi_align_read(
+    fmap: Sequence[Sequence[float]], y: float, x: float
+) -> Tuple[float, List[Tuple[int, int, float]]]:
+    """RoIAlign's bilinear read of ``fmap`` (a list of rows) at ``(y, x)``.
+
+    Returns:
+        ``(value, taps)``: the value, and the ``(row, col, weight)`` it is the weighted sum
+        of (none for a point more than a pixel off the map, which reads 0).
+    """
+    hit = roi_align_corners(y, x, len(fmap), len(fmap[0]))
+    if hit is None:
+        return 0.0, []
+    y_low, y_high, x_low, x_high, weights = hit
+    corners = ((y_low, x_low), (y_low, x_high), (y_high, x_low), (y_high, x_high))
+    taps = [(r, c, w) for (r, c), w in zip(corners, weights)]
+    return sum(w * fmap[r][c] for r, c, w in taps), taps
+
+
+def rotated_roi_samples(
+    roi: Sequence[float],
+    out_size: Tuple[int, int],
+    spatial_scale: float,
+    sampling_ratio: int,
+    aligned: bool,
+    clockwise: bool,
+) -> Tuple[List[List[List[Tuple[float, float]]]], int]:
+    """Where rotated RoI Align samples the bins of one roi.
+
+    The roi ``(batch_idx, cx, cy, w, h, angle)`` is scaled (centre shifted by -0.5 with
+    ``aligned``; at least 1 x 1 without) and cut into ``PH x PW`` bins in its own frame;
+    each bin has a ``gh x gw`` grid of samples at its sub-cells' centres (``gh =
+    sampling_ratio`` if positive, else ``ceil(h / PH)``, at least 0; likewise ``gw``).
+    A sample ``(yy, xx)`` from the centre lies at ``y = yy cos t - xx sin t + cy``,
+    ``x = yy sin t + xx cos t + cx`` in the map, ``t = -angle`` if ``clockwise`` else
+    ``angle``.
+
+    Returns:
+        ``(points, count)``: ``points[ph][pw]``, the bin's ``(y, x)`` samples; ``count =
+        max(gh * gw, 1)``, what the bin's sum is divided by.
+    """
+    off = 0.5 if aligned else 0.0
+    cx, cy = roi[1] * spatial_scale - off, roi[2] * spatial_scale - off
+    w, h = roi[3] * spatial_scale, roi[4] * spatial_scale
+    if not aligned:
+        w, h = max(w, 1.0), max(h, 1.0)
+    theta = -roi[5] if clockwise else roi[5]
+    cos, sin = math.cos(theta), math.sin(theta)
+    ph_n, pw_n = out_size
+    bin_h, bin_w = h / ph_n, w / pw_n
+    gh = sampling_ratio if sampling_ratio > 0 else max(math.ceil(bin_h), 0)
+    gw = sampling_ratio if sampling_ratio > 0 else max(math.ceil(bin_w), 0)
+    points = []
+    for ph in range(ph_n):
+        row = []
+        for pw in range(pw_n):
+            samples = []
+            for iy in range(gh):
+                yy = -h / 2 + ph * bin_h + (iy + 0.5) * bin_h / gh
+                for ix in range(gw):
+                    xx = -w / 2 + pw * bin_w + (ix + 0.5) * bin_w / gw
+                    samples.append((yy * cos - xx * sin + cy, yy * sin + xx * cos + cx))
+            row.append(samples)
+        points.append(row)
+    return points, max(gh * gw, 1)
 
 
 # ---------------------------------------------------------------- boxes
