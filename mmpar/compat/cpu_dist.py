@@ -57,10 +57,12 @@ _hooked = []
 
 
 def enable_cpu_dist() -> None:
-    """Mend mmcv's ``init_dist`` and mmdet's/mmseg's ``build_ddp`` for CPU-only processes.
+    """Mend, for CPU-only processes, what the module docstring lists, on import of each module.
 
-    A config's ``dist_params.backend='nccl'`` (mmdet's default runtime) becomes gloo
-    there, with a warning: nccl needs a GPU.
+    mmcv's ``init_dist``, mmdet's/mmseg's ``build_ddp``, the training functions of
+    :data:`CUDA_TRAIN_FUNCTIONS` and the anchor generators of :data:`DEVICE_AS_DTYPE`
+    (the last on any machine). A config's ``dist_params.backend='nccl'`` (mmdet's
+    default runtime) becomes gloo there, with a warning: nccl needs a GPU.
     """
     if _hooked:
         return
