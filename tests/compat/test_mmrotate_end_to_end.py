@@ -18,8 +18,9 @@ pool, which ``mmpar.compat.run`` patches too).
 1. One process on the CPU: 2 epochs, checkpoints (``--no-validate``: step 2
    evaluates the same checkpoint on the same images).
 2. ``tools/test.py CONFIG epoch_2.pth --eval mAP``: the mAP table and its value
-   are printed; the boxes are easy (near the anchors' centres, sizes and angle),
-   so 2 epochs of 4 iterations find some of them: mAP > 0.
+   are printed; the boxes are easy (near the anchors' centres, sizes and angle)
+   and the optimizer is AdamW, so 2 epochs of 4 iterations find some of them:
+   mAP > 0.
 3. torchrun with 2 gloo processes: 2 epochs, distributed validation (mAP) after
    the last.
 
@@ -135,7 +136,9 @@ data = dict(
     test=dict(
         classes=classes, ann_file={val_ann!r}, img_prefix={val_img!r},
         pipeline=test_pipeline, version=angle_version))
-optimizer = dict(lr=0.01)
+# AdamW: from scratch it finds the boxes in 8 iterations (mAP 0.2-0.6 over seeds);
+# the schedule's SGD (lr 0.01-0.05) hardly moves the focal loss in 32.
+optimizer = dict(_delete_=True, type='AdamW', lr=0.002, weight_decay=0.0001)
 lr_config = dict(warmup_iters=4, warmup_ratio=0.1, step=[{epochs}])
 runner = dict(max_epochs={epochs})
 # The mAP's pool of processes: one (mmrotate's default asks for 4).
