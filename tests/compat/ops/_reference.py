@@ -37,6 +37,18 @@ API:
 ``MMCV_ROI_CASES``, ``GRADCHECK_ROIS``, ``roi_inputs``, ``assert_mmcv_roi_numbers``
     Inputs shared by the roi_align and roi_pool tests, and the check of mmcv's
     own expected numbers.
+
+``box_corners(box, clockwise=True) -> [(x, y)] * 4``
+    A rotated ``(cx, cy, w, h, angle)`` box's corners A, B, C, D, from the formula
+    of mmcv's ``box_iou_rotated`` docstring.
+
+``clipped_area(p, q) -> float``
+    The area of the intersection of two convex polygons (lists of ``(x, y)``),
+    by Sutherland-Hodgman clipping in Python floats.
+
+``rotated_overlap(a, b, mode="iou", clockwise=True) -> float``
+    IoU / IoF of two rotated boxes as mmcv's kernel defines it (0 below an area
+    of 1e-14, no epsilon).
 """
 
 from __future__ import annotations
@@ -388,3 +400,79 @@ def assert_mmcv_roi_numbers(
         out.backward(torch.ones_like(out))
         torch.testing.assert_close(out.cpu(), torch.tensor(out_ref, dtype=dtype))
         torch.testing.assert_close(x.grad.cpu(), torch.tensor(grad_ref, dtype=dtype))
+
+
+# ---------------------------------------------------------------- rotated boxes and polygons
+
+Point = Tuple[float, float]
+
+
+def box_corners(box: Sequence[float], clockwise: bool = True) -> List[Point]:
+    """Corners A, B, C, D of ``(cx, cy, w, h, angle)``: ``c + R (sx * w / 2, sy * h / 2)``.
+
+    ``(sx, sy)`` runs ``(-1, -1), (1, -1), (1, 1), (-1, 1)``; ``R`` is
+    ``[[cos, -sin], [sin, cos]]`` (``clockwise``) or ``[[cos, sin], [-sin, cos]]``.
+    """
+    cx, cy, w, h, angle = (float(v) for v in box)
+    cos, sin = math.cos(angle), (math.sin(angle) if clockwise else -math.sin(angle))
+    corners = []
+    for sx, sy in ((-1, -1), (1, -1), (1, 1), (-1, 1)):
+        x, y = sx * w / 2, sy * h / 2
+        corners.append((cx + cos * x - sin * y, cy + sin * x + cos * y))
+    return corners
+
+
+def signed_area(poly: Sequence[Point]) -> float:
+    """The shoelace signed area."""
+    return (
+        sum(
+            poly[i][0] * poly[(i + 1) % len(poly)][1] - poly[(i + 1) % len(poly)][0] * poly[i][1]
+            for i in range(len(poly))
+        )
+        / 2
+    )
+
+
+def clipped_area(p: Sequence[Point], q: Sequence[Point]) -> float:
+    """The area of ``p`` intersected with ``q``, two convex polygons in either orientation.
+
+    Clips ``q`` by each edge of ``p`` in turn (Sutherland-Hodgman), keeping the side
+    of each edge where ``p`` lies; repeated vertices of ``p`` are skipped.
+    """
+    if signed_area(p) == 0:
+        return 0.0
+    if signed_area(p) < 0:
+        p = list(reversed(p))
+    out = [(float(x), float(y)) for x, y in q]
+    for i in range(len(p)):
+        (ax, ay), (bx, by) = p[i], p[(i + 1) % len(p)]
+        if (ax, ay) == (bx, by) or not out:
+            continue
+
+        def side(v: Point) -> float:
+            return (bx - ax) * (v[1] - ay) - (by - ay) * (v[0] - ax)
+
+        polygon, out = out, []
+        for j, cur in enumerate(polygon):
+            prev = polygon[j - 1]
+            d_cur, d_prev = side(cur), side(prev)
+            if (d_cur >= 0) != (d_prev >= 0):
+                t = d_prev / (d_prev - d_cur)
+                out.append((prev[0] + t * (cur[0] - prev[0]), prev[1] + t * (cur[1] - prev[1])))
+            if d_cur >= 0:
+                out.append(cur)
+    return abs(signed_area(out)) if len(out) > 2 else 0.0
+
+
+def rotated_overlap(
+    a: Sequence[float], b: Sequence[float], mode: str = "iou", clockwise: bool = True
+) -> float:
+    """IoU (or IoF: over ``a``'s area) of two ``(cx, cy, w, h, angle)`` boxes, as mmcv's kernel.
+
+    A box's area is ``w * h``; either below 1e-14 gives 0.
+    """
+    area_a, area_b = float(a[2]) * float(a[3]), float(b[2]) * float(b[3])
+    if area_a < 1e-14 or area_b < 1e-14:
+        return 0.0
+    inter = clipped_area(box_corners(a, clockwise), box_corners(b, clockwise))
+    return inter / (area_a + area_b - inter if mode == "iou" else area_a)
