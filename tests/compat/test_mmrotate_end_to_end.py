@@ -25,7 +25,7 @@ pool, which ``mmpar.compat.run`` patches too).
    the last.
 
 Every process that imports mmrotate costs seconds (torch, torchvision, mmdet,
-sklearn, e2cnn), the mAP's pool process too: hence one validation in all.
+sklearn, e2cnn), the mAP's pool process too: hence no validation in step 1.
 """
 
 from __future__ import annotations
@@ -43,7 +43,12 @@ import numpy as np
 import pytest
 
 from tests._dist_helpers import free_port, run_launcher
-from tests.compat._mmcv_env import child_env, compiled_ops_installed, requires_torchvision
+from tests.compat._mmcv_env import (
+    child_env,
+    compiled_ops_installed,
+    requires_mmdet,
+    requires_torchvision,
+)
 
 
 def _mmrotate_missing() -> Optional[str]:
@@ -57,12 +62,11 @@ def _mmrotate_missing() -> Optional[str]:
     # mmrotate imports e2cnn (its ReDet backbone) whatever the model.
     if importlib.util.find_spec("e2cnn") is None:
         return "mmrotate needs e2cnn (pip install e2cnn), which is not installed"
-    if importlib.util.find_spec("mmdet") is None:
-        return "mmrotate needs mmdet 2.x, which is not installed"
     return None
 
 
 pytestmark = [
+    requires_mmdet,
     pytest.mark.skipif(_mmrotate_missing() is not None, reason=str(_mmrotate_missing())),
     requires_torchvision,
     pytest.mark.slow,
