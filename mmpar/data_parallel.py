@@ -40,13 +40,16 @@ def _names_cpu_only(device_ids: Optional[Sequence[Target]]) -> bool:
     ``MMDataParallel(model, device_ids=[0])`` runs on the CPU, as
     ``torch.nn.DataParallel`` does.
 
+    A ``range`` counts as a list: mmcv-era training scripts (mmrotate's
+    ``tools/train.py``) set ``cfg.gpu_ids = range(1)`` and pass it on.
+
     Raises:
-        TypeError: ``device_ids`` is not a list or tuple.
+        TypeError: ``device_ids`` is not a list, tuple or range.
         ValueError: it mixes CPU and CUDA targets, or holds an unknown device.
     """
     if device_ids is None:
         return False
-    if not isinstance(device_ids, (list, tuple)):
+    if not isinstance(device_ids, (list, tuple, range)):
         raise TypeError(
             f"device_ids: expected a list such as [0] or [-1], got {type(device_ids).__name__}"
         )

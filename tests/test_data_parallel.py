@@ -108,6 +108,16 @@ def test_device_ids_without_cuda_run_on_the_cpu_as_torch_does() -> None:
     assert isinstance(seen["img"], torch.Tensor) and isinstance(seen["gt"], list)
 
 
+def test_device_ids_may_be_a_range_as_mmcv_era_scripts_pass() -> None:
+    # mmrotate's tools/train.py: cfg.gpu_ids = range(1), then device_ids=cfg.gpu_ids.
+    if torch.cuda.is_available():
+        model = MMDataParallel(Recorder().cuda(0), device_ids=range(1))
+        assert model.device_ids == [0]
+    else:
+        assert MMDataParallel(Recorder(), device_ids=range(1)).device_ids == []
+    assert MMDataParallel(Recorder(), device_ids=range(-1, 0)).device_ids == []
+
+
 def test_bad_device_ids() -> None:
     with pytest.raises(TypeError, match="device_ids"):
         MMDataParallel(Recorder(), device_ids="cpu")

@@ -12,6 +12,11 @@ and under the legacy launcher, which mmdet 2.x's ``tools/dist_train.sh`` uses::
     python -m torch.distributed.launch --nproc_per_node=2 -m mmpar.compat.run \\
         tools/train.py CONFIG --launcher pytorch
 
+Processes that SCRIPT starts with ``spawn`` or ``forkserver`` (mmrotate's
+mAP evaluation pool, spawned DataLoader workers) are patched too: where
+multiprocessing would re-run SCRIPT's top level in them, they run this module,
+which patches and then runs SCRIPT's top level (see :func:`patch_spawned_children`).
+
 ``--ops=auto|mmcv|mmpar`` (before SCRIPT) chooses whose ``mmcv.ops`` serve the
 script, as ``patch_mmcv(ops=...)`` does: by default mmcv-full's own where its
 compiled ops load, else mmpar's. The choice reaches child processes through
@@ -25,15 +30,21 @@ why that is what scripts written for either launcher need.
 
 from __future__ import annotations
 
+import multiprocessing.spawn
 import os
 import runpy
 import sys
-from typing import List, NoReturn, Optional, Tuple
+from typing import Any, Dict, List, NoReturn, Optional, Tuple
 
 from mmpar.compat.mmcv_ops import MODES, resolve_mode
 from mmpar.compat.patch import patch_mmcv
 
-__all__ = ["main", "split_local_rank", "split_ops"]
+__all__ = ["SCRIPT_VAR", "main", "patch_spawned_children", "split_local_rank", "split_ops"]
+
+#: SCRIPT's absolute path, for the spawned children that run it again.
+SCRIPT_VAR = "MMPAR_COMPAT_SCRIPT"
+#: This module's name (it runs as ``__main__`` under ``python -m``).
+_MODULE = "mmpar.compat.run"
 
 _USAGE = (
     "usage: python -m mmpar.compat.run [--ops={auto,mmcv,mmpar}] [--local-rank=N] SCRIPT [ARGS...]"
@@ -156,7 +167,54 @@ def main(argv: Optional[List[str]] = None) -> None:
         _fail(str(err), usage=False)
     sys.argv = [script, *argv[1:]]
     sys.path[0] = os.path.dirname(os.path.abspath(script))  # as `python SCRIPT` puts it
+    patch_spawned_children(script)
     runpy.run_path(script, run_name="__main__")
+
+
+def patch_spawned_children(script: str) -> None:
+    """Make the ``spawn``/``forkserver`` children of ``script`` patch mmcv before its top level.
+
+    multiprocessing prepares such a child by running the parent's main script
+    again, as ``__mp_main__``, so that objects pickled from ``__main__`` can be
+    found: here that is SCRIPT, whose top level (``from mmcv.parallel import
+    ...``, mmdet and mmrotate imports of ``mmcv.ops``) would then run unpatched,
+    and fail where mmcv's compiled ops do not load. Instead the child runs this
+    module as ``__mp_main__``; it calls :func:`~mmpar.compat.patch_mmcv` (with
+    the parent's ``$MMPAR_MMCV_OPS``) and runs SCRIPT's top level, whose names
+    become the child's ``__main__``. SCRIPT's path travels in ``$MMPAR_COMPAT_SCRIPT``.
+    Processes whose main script is another one are prepared as before.
+
+    Args:
+        script: The path of the script that runs as ``__main__``.
+    """
+    path = os.path.normpath(os.path.abspath(script))
+    os.environ[SCRIPT_VAR] = path
+    original = multiprocessing.spawn.get_preparation_data
+    if getattr(original, "__mmpar_script__", None) is not None:
+        original = original.__wrapped__  # type: ignore[attr-defined]
+
+    def get_preparation_data(name: str) -> Dict[str, Any]:
+        data = original(name)
+        if data.get("init_main_from_path") == path:
+            del data["init_main_from_path"]
+            data["init_main_from_name"] = _MODULE
+        return data
+
+    get_preparation_data.__wrapped__ = original  # type: ignore[attr-defined]
+    get_preparation_data.__mmpar_script__ = path  # type: ignore[attr-defined]
+    multiprocessing.spawn.get_preparation_data = get_preparation_data
+
+
+def _run_script_in_spawned_child() -> None:
+    """The child's side of :func:`patch_spawned_children`: patch, then SCRIPT as ``__mp_main__``."""
+    script = os.environ.get(SCRIPT_VAR)
+    if not script:
+        raise RuntimeError(
+            f"{_MODULE} runs as __mp_main__ only in children of a script it ran, but "
+            f"${SCRIPT_VAR} is not set"
+        )
+    patch_mmcv()
+    globals().update(runpy.run_path(script, run_name="__mp_main__"))
 
 
 def _fail(message: str, usage: bool = True) -> NoReturn:
@@ -167,3 +225,5 @@ def _fail(message: str, usage: bool = True) -> NoReturn:
 
 if __name__ == "__main__":
     main()
+elif __name__ == "__mp_main__":
+    _run_script_in_spawned_child()

@@ -7,6 +7,7 @@ that prints ``OK`` last; the test asserts its exit code and that line.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -217,3 +218,44 @@ def test_run_module_runs_a_script_patched(tmp_path: Path, code: int) -> None:
     )
     assert "name __main__" in proc.stdout
     assert f"argv ['--flag', 'x y', '{code}']" in proc.stdout
+
+
+SPAWNING_SCRIPT = """
+import json, multiprocessing, sys
+from tests.compat._mmcv_env import install_stand_ins
+install_stand_ins()
+import mmcv.parallel
+
+TOP_LEVEL_COLLATE = mmcv.parallel.collate.__module__  # run again in the child
+
+
+def report(path):
+    from mmpar.compat import is_patched
+    with open(path, "w") as f:
+        json.dump(dict(name=__name__, patched=is_patched(), top=TOP_LEVEL_COLLATE,
+                       collate=mmcv.parallel.collate.__module__), f)
+
+
+if __name__ == "__main__":
+    child = multiprocessing.get_context(sys.argv[1]).Process(target=report, args=(sys.argv[2],))
+    child.start()
+    child.join(60)
+    sys.exit(child.exitcode)
+"""
+
+
+@pytest.mark.parametrize("method", ["spawn"])  # forkserver children are prepared alike
+def test_run_module_patches_the_scripts_spawned_children(tmp_path: Path, method: str) -> None:
+    # Such a child runs the script's top level again (as __mp_main__): patched first,
+    # as mmrotate's mAP pool (spawn) and spawned DataLoader workers need.
+    script = tmp_path / "spawning_script.py"
+    script.write_text(SPAWNING_SCRIPT)
+    out = tmp_path / "child.json"
+    proc = run_python(["-m", "mmpar.compat.run", str(script), method, str(out)], cwd=tmp_path)
+    assert proc.returncode == 0, (
+        f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    )
+    report = json.loads(out.read_text())
+    assert report == dict(
+        name="__mp_main__", patched=True, top="mmpar.collate", collate="mmpar.collate"
+    )
