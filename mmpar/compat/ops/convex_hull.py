@@ -111,11 +111,12 @@ def convex_hull_area(points: Tensor, valid: Tensor) -> Tensor:
     """The area of the convex hull of each set's valid points, batched and differentiable.
 
     The valid points are sorted by angle around their mean (inside the hull), which
-    lists them as a polygon that the mean sees whole; then, round after round, every
-    vertex where that polygon does not turn left is dropped (one of each run of
-    neighbours, so that a dropped vertex lies inside its neighbours' triangle with
-    the mean: it is no hull vertex). What stays is the hull. Turns within a tolerance
-    of the set's extent count as none, so that repeated and collinear points go.
+    lists them as a polygon that the mean sees whole. Round after round, of each run
+    of neighbouring vertices where that polygon does not turn left, the first is
+    dropped: it lies in the triangle of its neighbours and the mean, so it is no hull
+    vertex, and its neighbours stay. When every vertex turns left, what stays is the
+    hull. Turns within a tolerance of the set's extent count as none, so that
+    repeated and collinear points go (changing the area by as little).
 
     Args:
         points: ``(B, K, 2)`` float; invalid points may hold anything finite.

@@ -98,7 +98,7 @@ def pairwise_overlaps(
             f"boxes, got {rows} and {cols}"
         )
     if rows * cols == 0:
-        return bboxes1.new_zeros((rows,) if aligned else (rows, cols))
+        return _attached(bboxes1.new_zeros((rows,) if aligned else (rows, cols)), bboxes1, bboxes2)
     if bboxes1.dtype != bboxes2.dtype:
         raise TypeError(
             f"mmcv.ops.{op}: bboxes1 and bboxes2 must have the same dtype, "
@@ -119,7 +119,7 @@ def pairwise_overlaps(
             pair = torch.arange(start, min(start + chunk, rows), device=b1.device)
             near = pair[kind.may_overlap(b1[pair], b2[pair])]
             out.index_put_((near,), kind.overlaps(b1[near], b2[near], iof))
-        return out.to(bboxes1.dtype)
+        return _attached(out.to(bboxes1.dtype), bboxes1, bboxes2)
     out = b1.new_zeros(rows * cols)
     block = max(1, chunk * 8 // cols)  # rows whose pairs are screened at once
     for start in range(0, rows, block):
@@ -129,4 +129,18 @@ def pairwise_overlaps(
         for at in range(0, first.numel(), chunk):
             i, j = first[at : at + chunk], second[at : at + chunk]
             out.index_put_((i * cols + j,), kind.overlaps(b1[i], b2[j], iof))
-    return out.view(rows, cols).to(bboxes1.dtype)
+    return _attached(out.view(rows, cols).to(bboxes1.dtype), bboxes1, bboxes2)
+
+
+def _attached(out: Tensor, *inputs: Tensor) -> Tensor:
+    """``out``, in the autograd graph of ``inputs`` where they need a gradient.
+
+    Where no pair was computed (no boxes, or all apart) ``out`` is a constant; the
+    sum of none of an input's elements ties it to the input, with a 0 gradient.
+    """
+    if out.requires_grad or not torch.is_grad_enabled():
+        return out
+    for tensor in inputs:
+        if tensor.requires_grad:
+            out = out + tensor.flatten()[:0].sum()
+    return out

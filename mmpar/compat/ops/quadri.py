@@ -97,7 +97,7 @@ def quadri_intersection_area(p: Tensor, q: Tensor) -> Tensor:
     det = torch.where(crosses, det, 1.0)  # finite, gradient 0 where skipped
     t_p = _cross(eq, apart) / det
     t_q = _cross(ep, apart) / det
-    crosses &= (t_p >= 0) & (t_p <= 1) & (t_q >= 0) & (t_q <= 1)
+    crosses = crosses & (t_p >= 0) & (t_p <= 1) & (t_q >= 0) & (t_q <= 1)
     t_p = torch.where(crosses, t_p, 0.0)
     crossings = (p[:, :, None] + ep * t_p[..., None]).flatten(1, 2)
     points = torch.cat((crossings, p, q), 1)
