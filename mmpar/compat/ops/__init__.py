@@ -19,6 +19,7 @@ from typing import Any, Dict
 from mmpar.compat.ops import deprecated_wrappers, saconv
 from mmpar.compat.ops.active_rotated_filter import active_rotated_filter
 from mmpar.compat.ops.bbox import bbox_overlaps
+from mmpar.compat.ops.box_iou_quadri import box_iou_quadri
 from mmpar.compat.ops.box_iou_rotated import box_iou_rotated
 from mmpar.compat.ops.carafe import CARAFE, CARAFENaive, CARAFEPack, carafe, carafe_naive
 from mmpar.compat.ops.cc_attention import CrissCrossAttention
@@ -55,7 +56,7 @@ from mmpar.compat.ops.modulated_deform_conv import (
     modulated_deform_conv2d,
 )
 from mmpar.compat.ops.multi_scale_deform_attn import MultiScaleDeformableAttention
-from mmpar.compat.ops.nms import batched_nms, nms, nms_match, nms_rotated, soft_nms
+from mmpar.compat.ops.nms import batched_nms, nms, nms_match, nms_quadri, nms_rotated, soft_nms
 from mmpar.compat.ops.pixel_group import pixel_group
 from mmpar.compat.ops.point_sample import (
     SimpleRoIAlign,
@@ -81,6 +82,7 @@ MODULES: Dict[str, ModuleType] = {
     for name in (
         "active_rotated_filter",
         "bbox",
+        "box_iou_quadri",
         "box_iou_rotated",
         "carafe",
         "cc_attention",
@@ -173,8 +175,10 @@ __all__ = [
     "RoIAlignRotated",
     "roi_align_rotated",
     "box_iou_rotated",
+    "box_iou_quadri",
     "nms_rotated",
     "MultiScaleDeformableAttention",
+    "nms_quadri",
     "points_in_polygons",
     "min_area_polygons",
     "convex_iou",

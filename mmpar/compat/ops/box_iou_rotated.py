@@ -18,40 +18,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from mmpar.compat.ops.backend import float_compute_dtype
+from mmpar.compat.ops.pairwise import BoxKind, pairwise_overlaps
 from mmpar.compat.ops.polygon import convex_intersection_area, rotated_box_corners
 
 __all__ = ["box_iou_rotated"]
 
-_MODES = ("iou", "iof")
 # Pairs per chunk: bounds the memory of the clipping's intermediates (~100 MB).
 _CHUNK_PAIRS = 1 << 15
 # mmcv's kernel gives 0 for a pair where either box's area is below this.
 _MIN_AREA = 1e-14
-
-
-def _check_boxes(name: str, boxes: object) -> Tensor:
-    """The ``(n, 5)`` boxes of ``(n, >= 5)`` float ``boxes`` (or empty: ``n == 0``, any shape).
-
-    Columns past the fifth are ignored, as mmcv's kernels read the first five of each
-    row: mmrotate's mAP evaluation passes detections with their score, ``(n, 6)``.
-    """
-    if not isinstance(boxes, Tensor):
-        raise TypeError(
-            f"mmcv.ops.box_iou_rotated: {name} must be a torch.Tensor, got {type(boxes).__name__}"
-        )
-    if not boxes.is_floating_point():
-        raise TypeError(
-            f"mmcv.ops.box_iou_rotated: {name} must be a floating-point tensor, got {boxes.dtype}"
-        )
-    empty = boxes.dim() >= 1 and boxes.shape[0] == 0
-    if not empty and (boxes.dim() != 2 or boxes.shape[1] < 5):
-        raise ValueError(
-            f"mmcv.ops.box_iou_rotated: {name} must have shape (n, 5) (x, y, w, h, angle; "
-            "more columns are ignored) "
-            f"or be empty, got {tuple(boxes.shape)}"
-        )
-    return boxes if empty else boxes[:, :5]
 
 
 def box_iou_rotated(
@@ -84,48 +59,14 @@ def box_iou_rotated(
         TypeError: A box set is not a floating-point tensor, or the dtypes differ.
         ValueError: A bad shape or ``mode``, or different devices.
     """
-    if mode not in _MODES:
-        raise ValueError(f"mmcv.ops.box_iou_rotated: mode must be 'iou' or 'iof', got {mode!r}")
-    bboxes1 = _check_boxes("bboxes1", bboxes1)
-    bboxes2 = _check_boxes("bboxes2", bboxes2)
-    rows, cols = bboxes1.shape[0], bboxes2.shape[0]
-    if aligned and rows != cols:
-        raise ValueError(
-            "mmcv.ops.box_iou_rotated: with aligned=True bboxes1 and bboxes2 must have as many "
-            f"boxes, got {rows} and {cols}"
-        )
-    if rows * cols == 0:
-        return bboxes1.new_zeros((rows,) if aligned else (rows, cols))
-    if bboxes1.dtype != bboxes2.dtype:
-        raise TypeError(
-            "mmcv.ops.box_iou_rotated: bboxes1 and bboxes2 must have the same dtype, "
-            f"got {bboxes1.dtype} and {bboxes2.dtype}"
-        )
-    if bboxes1.device != bboxes2.device:
-        raise ValueError(
-            "mmcv.ops.box_iou_rotated: bboxes1 and bboxes2 must be on the same device, "
-            f"got {bboxes1.device} and {bboxes2.device}"
-        )
-    dtype = float_compute_dtype(bboxes1.dtype)
-    b1, b2 = bboxes1.to(dtype), bboxes2.to(dtype)
-    iof = mode == "iof"
-    if aligned:
-        out = b1.new_zeros(rows)
-        for start in range(0, rows, _CHUNK_PAIRS):
-            pair = torch.arange(start, min(start + _CHUNK_PAIRS, rows), device=b1.device)
-            near = pair[_may_overlap(b1[pair], b2[pair])]
-            out.index_put_((near,), _pair_overlaps(b1[near], b2[near], iof, clockwise))
-        return out.to(bboxes1.dtype)
-    out = b1.new_zeros(rows * cols)
-    block = max(1, _CHUNK_PAIRS * 8 // cols)  # rows whose pairs are screened at once
-    for start in range(0, rows, block):
-        near = _may_overlap(b1[start : start + block, None], b2[None])
-        first, second = near.nonzero(as_tuple=True)
-        first = first + start
-        for at in range(0, first.numel(), _CHUNK_PAIRS):
-            i, j = first[at : at + _CHUNK_PAIRS], second[at : at + _CHUNK_PAIRS]
-            out.index_put_((i * cols + j,), _pair_overlaps(b1[i], b2[j], iof, clockwise))
-    return out.view(rows, cols).to(bboxes1.dtype)
+
+    def overlaps(b1: Tensor, b2: Tensor, iof: bool) -> Tensor:
+        return _pair_overlaps(b1, b2, iof, clockwise)
+
+    kind = BoxKind(
+        "box_iou_rotated", 5, "(x, y, w, h, angle)", _may_overlap, overlaps, _CHUNK_PAIRS
+    )
+    return pairwise_overlaps(kind, bboxes1, bboxes2, mode, aligned)
 
 
 def _may_overlap(b1: Tensor, b2: Tensor) -> Tensor:

@@ -9,12 +9,12 @@
 * :func:`batched_nms` is mmcv's: the per-class coordinate offsets, ``split_thr``,
   ``class_agnostic`` and ``max_num`` in ``nms_cfg``, and ``nms_cfg=None``.
 * :func:`nms_match` groups boxes as mmcv's ``nms_match_cpu`` does.
-* :func:`nms_rotated` is :mod:`mmpar.compat.ops.rotated_nms`'s, re-exported here;
-  ``batched_nms`` runs it on rotated ``(N, 5)`` boxes.
+* :func:`nms_rotated` and :func:`nms_quadri` are :mod:`mmpar.compat.ops.rotated_nms`'s,
+  re-exported here; ``batched_nms`` runs them on rotated ``(N, 5)`` boxes and on
+  quadrilaterals ``(N, 8)``.
 
 mmcv's kernels take float32 only; here float64 runs in float64, and
 float16/bfloat16 run in float32 (the returned boxes keep the input's dtype).
-``nms_quadri`` is not supplied.
 """
 
 from __future__ import annotations
@@ -31,16 +31,16 @@ from mmpar.compat.ops.backend import (
     torchvision_ops,
     unsupported,
 )
-from mmpar.compat.ops.rotated_nms import nms_rotated
+from mmpar.compat.ops.rotated_nms import nms_quadri, nms_rotated
 
-__all__ = ["batched_nms", "nms", "nms_match", "nms_rotated", "soft_nms"]
+__all__ = ["batched_nms", "nms", "nms_match", "nms_quadri", "nms_rotated", "soft_nms"]
 
 ArrayLike = Union[Tensor, np.ndarray]
 
 #: soft_nms's methods, numbered as mmcv's kernel numbers them.
 _SOFT_NMS_METHODS = {"naive": 0, "linear": 1, "gaussian": 2}
-#: ``nms_cfg['type']`` values that mmcv resolves and mmpar does not supply.
-_NOT_SUPPLIED = ("nms_quadri",)
+#: The columns of a box for each ``nms_cfg['type']``.
+_BOX_COLUMNS = {"nms": 4, "soft_nms": 4, "nms_rotated": 5, "nms_quadri": 8}
 
 
 #: Lets a function take mmcv's deprecated keyword ``iou_thr`` for ``iou_threshold``.
@@ -359,11 +359,13 @@ def batched_nms(
     Args:
         boxes: ``(N, 4)`` float, ``x1, y1, x2, y2``; or with ``type``
             ``"nms_rotated"``, ``(N, 5)`` rotated boxes (classes are moved apart by
-            their centres).
+            their centres); or with ``type`` ``"nms_quadri"``, ``(N, 8)``
+            quadrilaterals (every vertex moves).
         scores: ``(N,)`` float.
         idxs: ``(N,)`` int, the class of each box.
         nms_cfg: ``None`` to skip NMS (all boxes, sorted by score), or a dict:
-            ``type`` (``"nms"``, the default, ``"soft_nms"`` or ``"nms_rotated"``),
+            ``type`` (``"nms"``, the default, ``"soft_nms"``, ``"nms_rotated"`` or
+            ``"nms_quadri"``),
             ``split_thr`` (default 10000), ``class_agnostic`` (overrides the
             argument), and the keyword arguments of the NMS op (``iou_threshold``,
             ``max_num``, ...).
@@ -374,9 +376,8 @@ def batched_nms(
         highest first; and ``keep`` ``(K,)`` long: their indices in ``boxes``.
 
     Raises:
-        UnsupportedOpError: ``type`` ``nms_quadri``.
-        ValueError: An unknown ``type``, or bad shapes (4 columns, or 5 for
-            ``nms_rotated``).
+        ValueError: An unknown ``type``, or bad shapes (4 columns, 5 for
+            ``nms_rotated``, 8 for ``nms_quadri``).
     """
     if nms_cfg is None:
         scores, inds = torch.sort(scores, descending=True, stable=True)
@@ -385,7 +386,7 @@ def batched_nms(
     class_agnostic = cfg.pop("class_agnostic", class_agnostic)
     nms_type = cfg.pop("type", "nms")
     nms_op = _nms_op(nms_type)
-    _check_batched(boxes, scores, idxs, 5 if nms_type == "nms_rotated" else 4)
+    _check_batched(boxes, scores, idxs, nms_type)
     boxes_for_nms = boxes if class_agnostic else _move_classes_apart(boxes, idxs)
     split_thr = cfg.pop("split_thr", 10000)
     if boxes_for_nms.shape[0] < split_thr:
@@ -398,14 +399,15 @@ def batched_nms(
     return torch.cat([kept_boxes, kept_scores[:, None]], -1), keep
 
 
-def _check_batched(boxes: Tensor, scores: Tensor, idxs: Tensor, columns: int) -> None:
+def _check_batched(boxes: Tensor, scores: Tensor, idxs: Tensor, nms_type: str) -> None:
     for name, value in (("boxes", boxes), ("scores", scores), ("idxs", idxs)):
         if not isinstance(value, Tensor):
             raise TypeError(
                 f"mmcv.ops.batched_nms: {name} must be a torch.Tensor, got {type(value).__name__}"
             )
+    columns = _BOX_COLUMNS[nms_type]
     if boxes.dim() != 2 or boxes.shape[1] != columns:
-        kind = "nms_cfg type 'nms_rotated'" if columns == 5 else "this nms_cfg type"
+        kind = f"nms_cfg type {nms_type!r}" if columns > 4 else "this nms_cfg type"
         raise ValueError(
             f"mmcv.ops.batched_nms: boxes must have shape (N, {columns}) for {kind}, "
             f"got {tuple(boxes.shape)}"
@@ -427,9 +429,9 @@ def _nms_op(name: str) -> Callable[..., Tuple[Tensor, Tensor]]:
         return soft_nms
     if name == "nms_rotated":
         return nms_rotated
-    supplied = "'nms', 'soft_nms' or 'nms_rotated'"
-    if name in _NOT_SUPPLIED:
-        raise unsupported("batched_nms", "nms_cfg['type']", name, f"type={supplied}")
+    if name == "nms_quadri":
+        return nms_quadri
+    supplied = "'nms', 'soft_nms', 'nms_rotated' or 'nms_quadri'"
     raise ValueError(f"mmcv.ops.batched_nms: nms_cfg['type'] must be {supplied}, got {name!r}")
 
 
@@ -437,7 +439,7 @@ def _move_classes_apart(boxes: Tensor, idxs: Tensor) -> Tensor:
     """``boxes`` shifted by ``idxs * (max coordinate + 1)``, so that classes never overlap.
 
     Rotated boxes move by their centres, the max coordinate taken as mmcv does:
-    ``max(x, y) + max(w, h)``.
+    ``max(x, y) + max(w, h)``; quadrilaterals move every vertex, as boxes do.
     """
     if boxes.shape[0] == 0:  # mmcv fails on the max of no boxes; there is nothing to move
         return boxes

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mmpar.compat.ops.convex_hull import convex_hull, gather_points, hull_mask
-from tests.compat.ops._convex_reference import hull
+from mmpar.compat.ops.convex_hull import convex_hull, convex_hull_area, gather_points, hull_mask
+from tests.compat.ops._convex_reference import area, hull
 from tests.compat.ops._reference import DEVICES
 
 
@@ -64,3 +64,42 @@ def test_batch_shapes_and_empty() -> None:
     assert order.shape == (0, 9) and count.shape == (0,)
     order, count = convex_hull(torch.ones(4, 1, 2))
     assert order.tolist() == [[0]] * 4 and count.tolist() == [1] * 4
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("grid", [True, False])
+def test_hull_area_of_the_valid_points(device: str, grid: bool) -> None:
+    gen = torch.Generator().manual_seed(1)
+    if grid:  # many repeated and collinear points
+        points = torch.randint(0, 4, (300, 24, 2), generator=gen).double()
+    else:
+        points = torch.rand(300, 24, 2, generator=gen, dtype=torch.float64) * 100
+    valid = torch.rand(300, 24, generator=gen) < torch.linspace(0, 1, 300)[:, None]
+    got = convex_hull_area(points.to(device), valid.to(device)).cpu()
+    expected = [
+        area(hull(p[v].tolist())) if len(hull(p[v].tolist())) > 2 else 0.0
+        for p, v in zip(points, valid)
+    ]
+    torch.testing.assert_close(got, torch.tensor(expected, dtype=torch.float64))
+    assert (got[valid.sum(1) < 3] == 0).all()
+
+
+def test_hull_area_degenerate_empty_and_gradient() -> None:
+    line = torch.tensor([[[0.0, 0], [1, 1], [2, 2], [3, 3], [1, 1]]])
+    assert convex_hull_area(line, torch.ones(1, 5, dtype=torch.bool)).tolist() == [0.0]
+    same = torch.ones(1, 4, 2)
+    assert convex_hull_area(same, torch.ones(1, 4, dtype=torch.bool)).tolist() == [0.0]
+    assert convex_hull_area(torch.zeros(0, 6, 2), torch.zeros(0, 6, dtype=torch.bool)).shape == (0,)
+    # The square's corners, an inside point, a repeated corner and an invalid far point.
+    points = torch.tensor(
+        [[[0.0, 0], [2, 0], [2, 2], [0, 2], [1, 1], [2, 2], [9, 9]]],
+        dtype=torch.float64,
+        requires_grad=True,
+    )
+    valid = torch.tensor([[True] * 6 + [False]])
+    assert convex_hull_area(points, valid).item() == 4.0
+    gen = torch.Generator().manual_seed(2)
+    jitter = points.detach() + torch.rand(points.shape, generator=gen, dtype=torch.float64) * 0.1
+    jitter[0, 5] = jitter[0, 4]  # a repeated inside point
+    jitter.requires_grad_()
+    assert torch.autograd.gradcheck(lambda p: convex_hull_area(p, valid), (jitter,))
