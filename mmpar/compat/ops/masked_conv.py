@@ -15,7 +15,7 @@ from torch.autograd.function import FunctionCtx, once_differentiable
 from torch.nn.modules.utils import _pair
 
 from mmpar.compat.ops.backend import unsupported
-from mmpar.compat.ops.modulated_deform_conv import IntPair, conv_output_size, int_pair
+from mmpar.compat.ops.deform_sampling import IntPair, conv_output_size, int_pair
 
 __all__ = ["MaskedConv2d", "masked_conv2d"]
 
