@@ -271,10 +271,13 @@ class CARAFEPack(nn.Module):
 
     def kernel_normalizer(self, mask: Tensor) -> Tensor:
         """(N, k*k*G*s*s, H, W) encoder output -> (N, k*k*G, H*s, W*s) softmax weights."""
-        mask = F.pixel_shuffle(mask, self.scale_factor)
-        n, mask_c, h, w = mask.size()
+        # F.pixel_shuffle, as a reshape: torch's pixel_shuffle backward fails on an empty batch.
+        s = self.scale_factor
+        n, channels, h, w = mask.shape
+        mask_c, h, w = channels // (s * s), h * s, w * s
+        mask = mask.view(n, mask_c, s, s, h // s, w // s).permute(0, 1, 4, 2, 5, 3)
         groups = mask_c // (self.up_kernel * self.up_kernel)
-        mask = mask.view(n, groups, self.up_kernel * self.up_kernel, h, w)
+        mask = mask.reshape(n, groups, self.up_kernel * self.up_kernel, h, w)
         mask = F.softmax(mask, dim=2, dtype=mask.dtype)
         return mask.view(n, mask_c, h, w).contiguous()
 
