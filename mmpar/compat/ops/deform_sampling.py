@@ -12,8 +12,10 @@ torchvision's gives a point exactly at ``-1`` a one-sided difference (the rows
 and columns at ``0`` lie one pixel away). :func:`mmcv_offsets` makes the kernel's
 gradient mmcv's: such points are moved out of the kernel's reach, through a
 ``where`` whose gradient is 0 there. mmcv-full also reads 0 at a point with a
-NaN coordinate (its kernel's bounds test is false), where torchvision's reads
-NaN; the same move gives mmcv's result.
+NaN coordinate (its kernel's bounds test is false), where torchvision's CPU
+kernel crashes; the same move gives mmcv's result (and an infinite offset's,
+0). A NaN in the input, the weight or the mask reaches the outputs that read
+it, as in mmcv.
 """
 
 from __future__ import annotations
