@@ -3,13 +3,14 @@
 mmpar's ops are built on ``torchvision.ops`` and plain torch; mmpar compiles
 nothing. torchvision is optional (the ``mmcv-ops`` extra): an op that needs it
 imports it through :func:`torchvision_ops`, which says how to install it. The
-ops also share here their dtype checks, the dtype they compute in, and how they
-take mmcv's deprecated keyword names.
+ops also share here their dtype checks, the dtype they compute in, how they
+take mmcv's deprecated keyword names, and the error of a bad argument.
 """
 
 from __future__ import annotations
 
 import functools
+import operator
 import warnings
 from collections.abc import Callable
 from types import ModuleType
@@ -20,8 +21,10 @@ from torch import Tensor
 
 __all__ = [
     "INSTALL_HINT",
+    "ArgumentError",
     "UnsupportedOpError",
     "check_float",
+    "check_int",
     "float_compute_dtype",
     "renamed_kwargs",
     "torchvision_ops",
@@ -37,6 +40,16 @@ INSTALL_HINT = (
 
 class UnsupportedOpError(NotImplementedError):
     """An op, or a mode of an op, that mmpar's stand-in for ``mmcv.ops`` does not supply."""
+
+
+class ArgumentError(ValueError, AssertionError):
+    """A bad argument; an ``AssertionError`` too, because mmcv 1.x asserts its arguments.
+
+    Code and tests written against mmcv catch ``AssertionError`` where mmcv asserts
+    (an unknown mode, channels not divisible by ``groups``, ...); mmpar's ops raise
+    this there, with their one-line message, so that both ``except ValueError``
+    and ``except AssertionError`` catch it.
+    """
 
 
 def unsupported(op: str, param: str, found: Any, supported: str) -> UnsupportedOpError:
@@ -91,6 +104,37 @@ def check_float(op: str, **tensors: Tensor | None) -> None:
     for name, tensor in tensors.items():
         if tensor is not None and not tensor.is_floating_point():
             raise TypeError(f"mmcv.ops.{op}: {name} must be floating point, found {tensor.dtype}")
+
+
+def check_int(
+    op: str, name: str, value: Any, minimum: int, error: type[ValueError] = ValueError
+) -> int:
+    """``value`` as an int, or a one-line error naming ``op`` and ``name``.
+
+    Args:
+        op: The op's name as the message gives it, e.g. ``"mmcv.ops.carafe"``.
+        name: The argument's name.
+        value: An int (anything with ``__index__`` but a bool).
+        minimum: The smallest value allowed.
+        error: The class raised for a value below ``minimum`` (``ArgumentError``
+            where mmcv asserts the range).
+
+    Returns:
+        ``value`` as an int.
+
+    Raises:
+        TypeError: ``value`` is not an int.
+        ValueError: (``error``) ``value`` is below ``minimum``.
+    """
+    try:
+        number = None if isinstance(value, bool) else operator.index(value)
+    except TypeError:
+        number = None
+    if number is None:
+        raise TypeError(f"{op}: {name} must be an int, found {value!r}")
+    if number < minimum:
+        raise error(f"{op}: {name} must be an int >= {minimum}, found {value!r}")
+    return number
 
 
 def float_compute_dtype(dtype: torch.dtype) -> torch.dtype:

@@ -10,7 +10,13 @@ around the input pixel it falls in, with weights predicted per output pixel::
 where ``g = c // (C / group_size)`` and features outside the map are 0. This is
 the definition of both of mmcv-full's kernels (``carafe`` and ``carafe_naive``),
 so both names run the same code here; it is differentiable by autograd with
-respect to ``features`` and ``masks``, on any device and floating dtype.
+respect to ``features`` and ``masks``, on any device and floating dtype. A NaN in
+``features`` or ``masks`` reaches every output whose window reads it, as in mmcv's
+kernels (a NaN times a weight of 0 is still NaN).
+
+Where mmcv asserts an argument (the sizes, the masks' shape, channels divisible
+by ``group_size``), the error is an ``ArgumentError``: a ``ValueError`` and an
+``AssertionError``.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from typing import Union
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from mmpar.compat.ops.backend import ArgumentError
 
 __all__ = [
     "CARAFE",
@@ -34,9 +42,9 @@ __all__ = [
 
 def _as_int(op: str, name: str, value: Union[int, float], minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
-        raise TypeError(f"{op}: {name} must be an int, got {value!r}")
+        raise TypeError(f"{op}: {name} must be an int, found {value!r}")
     if int(value) < minimum:
-        raise ValueError(f"{op}: {name} must be >= {minimum}, got {value!r}")
+        raise ArgumentError(f"{op}: {name} must be >= {minimum}, found {value!r}")
     return int(value)
 
 
@@ -49,26 +57,28 @@ def _check(
     scale_factor: int,
 ) -> None:
     for name, t in (("features", features), ("masks", masks)):
-        if not isinstance(t, Tensor) or not t.is_floating_point() or t.dim() != 4:
-            found = f"{t.dtype} {tuple(t.shape)}" if isinstance(t, Tensor) else type(t).__name__
-            raise TypeError(f"{op}: {name} must be a 4-D floating-point tensor, got {found}")
+        if not isinstance(t, Tensor) or not t.is_floating_point():
+            found = t.dtype if isinstance(t, Tensor) else type(t).__name__
+            raise TypeError(f"{op}: {name} must be a floating-point tensor, found {found}")
+        if t.dim() != 4:
+            raise ArgumentError(f"{op}: {name} must be 4-D (N, C, H, W), found {tuple(t.shape)}")
     if kernel_size % 2 != 1:
-        raise ValueError(f"{op}: kernel_size must be odd, got {kernel_size}")
+        raise ArgumentError(f"{op}: kernel_size must be odd, found {kernel_size}")
     n, c, h, w = features.shape
     if c % group_size:
-        raise ValueError(
+        raise ArgumentError(
             f"{op}: features' channels ({c}) must be divisible by group_size ({group_size})"
         )
     expected = (n, kernel_size * kernel_size * group_size, h * scale_factor, w * scale_factor)
     if tuple(masks.shape) != expected:
-        raise ValueError(
+        raise ArgumentError(
             f"{op}: masks must be (N, kernel_size**2 * group_size, H * scale_factor, "
             f"W * scale_factor) = {expected} for features {tuple(features.shape)}, "
-            f"got {tuple(masks.shape)}"
+            f"found {tuple(masks.shape)}"
         )
     if masks.device != features.device:
         raise ValueError(
-            f"{op}: masks must be on features' device ({features.device}), got {masks.device}"
+            f"{op}: masks must be on features' device ({features.device}), found {masks.device}"
         )
 
 
@@ -95,10 +105,12 @@ def carafe(
         (N, C, H * s, W * s), in the common dtype of ``features`` and ``masks``.
 
     Raises:
-        TypeError: non-integer sizes, or tensors that are not 4-D floating point.
-        ValueError: sizes out of range, or shapes that do not fit together.
+        TypeError: non-integer sizes, or tensors that are not floating point.
+        ArgumentError: sizes out of range, or shapes that do not fit together
+            (mmcv asserts them; a ValueError too).
+        ValueError: tensors on different devices.
     """
-    op = "carafe"
+    op = "mmcv.ops.carafe"
     k = _as_int(op, "kernel_size", kernel_size, 1)
     groups = _as_int(op, "group_size", group_size, 1)
     s = _as_int(op, "scale_factor", scale_factor, 1)
@@ -147,7 +159,10 @@ class _CARAFEModule(nn.Module):
             ("scale_factor", scale_factor),
         ):
             if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"{type(self).__name__}: {name} must be an int, got {value!r}")
+                # mmcv asserts it too; a type error is a TypeError here.
+                raise TypeError(
+                    f"mmcv.ops.{type(self).__name__}: {name} must be an int, found {value!r}"
+                )
         self.kernel_size = kernel_size
         self.group_size = group_size
         self.scale_factor = scale_factor
@@ -191,6 +206,11 @@ class CARAFEPack(nn.Module):
         encoder_kernel: The content encoder's kernel size.
         encoder_dilation: The content encoder's dilation.
         compressed_channels: The channel compressor's output channels.
+
+    Raises:
+        TypeError: a size that is not an int.
+        ArgumentError: a size below 1, an even ``up_kernel``, or ``channels`` not
+            divisible by ``up_group`` (a ValueError too).
     """
 
     def __init__(
@@ -204,6 +224,23 @@ class CARAFEPack(nn.Module):
         compressed_channels: int = 64,
     ) -> None:
         super().__init__()
+        op = "mmcv.ops.CARAFEPack"
+        for name, value, minimum in (
+            ("channels", channels, 1),
+            ("scale_factor", scale_factor, 1),
+            ("up_kernel", up_kernel, 1),
+            ("up_group", up_group, 1),
+            ("encoder_kernel", encoder_kernel, 1),
+            ("encoder_dilation", encoder_dilation, 1),
+            ("compressed_channels", compressed_channels, 1),
+        ):
+            _as_int(op, name, value, minimum)
+        if up_kernel % 2 != 1:
+            raise ArgumentError(f"{op}: up_kernel must be odd, found {up_kernel}")
+        if channels % up_group:
+            raise ArgumentError(
+                f"{op}: channels ({channels}) must be divisible by up_group ({up_group})"
+            )
         self.channels = channels
         self.scale_factor = scale_factor
         self.up_kernel = up_kernel
@@ -234,10 +271,13 @@ class CARAFEPack(nn.Module):
 
     def kernel_normalizer(self, mask: Tensor) -> Tensor:
         """(N, k*k*G*s*s, H, W) encoder output -> (N, k*k*G, H*s, W*s) softmax weights."""
-        mask = F.pixel_shuffle(mask, self.scale_factor)
-        n, mask_c, h, w = mask.size()
+        # F.pixel_shuffle, as a reshape: torch's pixel_shuffle backward fails on an empty batch.
+        s = self.scale_factor
+        n, channels, h, w = mask.shape
+        mask_c, h, w = channels // (s * s), h * s, w * s
+        mask = mask.view(n, mask_c, s, s, h // s, w // s).permute(0, 1, 4, 2, 5, 3)
         groups = mask_c // (self.up_kernel * self.up_kernel)
-        mask = mask.view(n, groups, -1, h, w)
+        mask = mask.reshape(n, groups, self.up_kernel * self.up_kernel, h, w)
         mask = F.softmax(mask, dim=2, dtype=mask.dtype)
         return mask.view(n, mask_c, h, w).contiguous()
 
@@ -247,6 +287,11 @@ class CARAFEPack(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """(N, channels, H, W) -> (N, channels, H * scale_factor, W * scale_factor)."""
+        if not isinstance(x, Tensor) or x.dim() != 4 or x.size(1) != self.channels:
+            found = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+            raise ValueError(
+                f"mmcv.ops.CARAFEPack: x must be (N, channels={self.channels}, H, W), found {found}"
+            )
         compressed_x = self.channel_compressor(x)
         mask = self.content_encoder(compressed_x)
         mask = self.kernel_normalizer(mask)

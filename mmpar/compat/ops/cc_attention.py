@@ -2,7 +2,9 @@
 
 mmcv 1.7.2's module is itself plain torch; this one computes the same
 (einsums over each position's column and row, the position itself counted
-once), with mmcv's parameter names, so checkpoints load unchanged.
+once), with mmcv's parameter names, so checkpoints load unchanged. As in mmcv, a
+NaN reaches, through the softmax, every position of its row and column. A map
+with no rows or no columns is returned as it is (its context is empty).
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from mmpar.compat.ops.backend import check_int
 
 __all__ = ["NEG_INF_DIAG", "CrissCrossAttention"]
 
@@ -43,10 +47,15 @@ class CrissCrossAttention(nn.Module):
 
     Args:
         in_channels: Channels of the input; query and key have ``in_channels // 8``.
+
+    Raises:
+        TypeError: ``in_channels`` is not an int.
+        ValueError: ``in_channels`` is below 1.
     """
 
     def __init__(self, in_channels: int) -> None:
         super().__init__()
+        check_int("mmcv.ops.CrissCrossAttention", "in_channels", in_channels, 1)
         self.query_conv = nn.Conv2d(in_channels, in_channels // 8, 1)
         self.key_conv = nn.Conv2d(in_channels, in_channels // 8, 1)
         self.value_conv = nn.Conv2d(in_channels, in_channels, 1)
@@ -61,11 +70,22 @@ class CrissCrossAttention(nn.Module):
 
         Returns:
             (B, in_channels, H, W), contiguous.
+
+        Raises:
+            TypeError: ``x`` is not floating point.
+            ValueError: ``x`` is not (B, in_channels, H, W).
         """
-        if x.dim() != 4:
+        op = "mmcv.ops.CrissCrossAttention"
+        if not isinstance(x, Tensor) or not x.is_floating_point():
+            found = x.dtype if isinstance(x, Tensor) else type(x).__name__
+            raise TypeError(f"{op}: x must be a floating-point tensor, found {found}")
+        if x.dim() != 4 or x.size(1) != self.in_channels:
             raise ValueError(
-                f"CrissCrossAttention: x must be (B, C, H, W), found shape {tuple(x.shape)}"
+                f"{op}: x must be (B, C, H, W) with C = in_channels = {self.in_channels}, "
+                f"found shape {tuple(x.shape)}"
             )
+        if x.shape[2] == 0 or x.shape[3] == 0:
+            return x.clone(memory_format=torch.contiguous_format)
         height = x.shape[2]
         query = self.query_conv(x)
         key = self.key_conv(x)

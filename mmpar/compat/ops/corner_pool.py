@@ -11,7 +11,8 @@ maximum of every pixel from it to the border in one direction:
 mmcv 1.7.2 computes it with ``torch.cummax`` too (its compiled kernels serve only
 ONNX export), so the values and the gradients (each output's gradient goes to
 the one input pixel ``cummax`` picked: among equal maxima, the last one met in
-the scan) are mmcv's.
+the scan) are mmcv's. So is the answer to a NaN: ``cummax`` carries it to every
+pixel after it in the scan.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from typing import Dict, Tuple
 
 import torch
 from torch import Tensor, nn
+
+from mmpar.compat.ops.backend import ArgumentError
 
 __all__ = ["CornerPool"]
 
@@ -31,7 +34,7 @@ class CornerPool(nn.Module):
         mode: ``'bottom'``, ``'left'``, ``'right'`` or ``'top'``.
 
     Raises:
-        ValueError: another ``mode``.
+        ArgumentError: another ``mode`` (mmcv asserts it; a ValueError too).
     """
 
     #: mode -> (the dimension of (N, C, H, W) scanned, whether it is scanned backwards).
@@ -44,9 +47,10 @@ class CornerPool(nn.Module):
 
     def __init__(self, mode: str) -> None:
         super().__init__()
-        if mode not in self.cummax_dim_flip:
-            raise ValueError(
-                f"CornerPool: mode must be one of {sorted(self.cummax_dim_flip)}, got {mode!r}"
+        if not isinstance(mode, str) or mode not in self.cummax_dim_flip:
+            raise ArgumentError(
+                f"mmcv.ops.CornerPool: mode must be one of {sorted(self.cummax_dim_flip)}, "
+                f"found {mode!r}"
             )
         self.mode = mode
 
@@ -54,7 +58,7 @@ class CornerPool(nn.Module):
         """(N, C, H, W) -> (N, C, H, W), the running maximum towards the pooled border."""
         if not isinstance(x, Tensor) or x.dim() != 4:
             found = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-            raise ValueError(f"CornerPool: x must be (N, C, H, W), got {found}")
+            raise ValueError(f"mmcv.ops.CornerPool: x must be (N, C, H, W), found {found}")
         dim, flip = self.cummax_dim_flip[self.mode]
         if flip:
             x = x.flip(dim)

@@ -1,8 +1,8 @@
 """Deformable convolution (DCNv1), mmcv's ``mmcv.ops.deform_conv``.
 
-The kernel is ``torchvision.ops.deform_conv2d`` without a mask, which takes
-the offsets in mmcv's layout and samples as mmcv's kernel does (see
-:mod:`mmpar.compat.ops.modulated_deform_conv`).
+The kernel is ``torchvision.ops.deform_conv2d`` without a mask, as
+:mod:`mmpar.compat.ops.deform_sampling` runs it: mmcv's offset layout and
+sampling, and mmcv-full's gradients, border points included.
 """
 
 from __future__ import annotations
@@ -12,13 +12,10 @@ from typing import Any
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from mmpar.compat.ops.backend import check_float, torchvision_ops
+from mmpar.compat.ops.backend import ArgumentError
+from mmpar.compat.ops.deform_sampling import IntPair, check_per_point, conv_geometry, deform_conv
 from mmpar.compat.ops.modulated_deform_conv import (
-    IntPair,
     OffsetConvPack,
-    check_per_point,
-    compute_dtype,
-    conv_geometry,
     rename_deform_groups,
     set_conv_attributes,
 )
@@ -68,27 +65,23 @@ def deform_conv2d(
 
     Raises:
         TypeError: a tensor is not floating point.
-        ValueError: ``bias`` is not False, or shapes or parameters do not fit together.
+        ArgumentError: ``bias`` is not False (mmcv asserts it; a ValueError too).
+        ValueError: shapes or parameters that do not fit together.
     """
     op = "deform_conv2d"
     if bias is not False:
-        raise ValueError(f"mmcv.ops.{op}: only bias=False is supported (as mmcv), found {bias!r}")
-    check_float(op, offset=offset)
+        raise ArgumentError(
+            f"mmcv.ops.{op}: bias must be False (mmcv's DCNv1 has no bias), found {bias!r}"
+        )
     stride_, padding_, dilation_, out_size = conv_geometry(
         op, input, weight, stride, padding, dilation, groups, deform_groups
     )
-    check_per_point(
+    offset = check_per_point(
         op, "offset", offset,
         (input.size(0), deform_groups * 2 * weight.size(2) * weight.size(3), *out_size),
-        "N, deform_groups * 2 * kh * kw, out_h, out_w",
+        "N, deform_groups * 2 * kh * kw, out_h, out_w", input,
     )  # fmt: skip
-    dtype = offset.dtype
-    compute = compute_dtype(offset)
-    out = torchvision_ops().deform_conv2d(
-        input.to(compute), offset.to(compute), weight.to(compute), None,
-        stride_, padding_, dilation_,
-    )  # fmt: skip
-    return out.to(dtype)
+    return deform_conv(input, offset, weight, None, None, stride_, padding_, dilation_)
 
 
 class DeformConv2d(nn.Module):
@@ -108,7 +101,9 @@ class DeformConv2d(nn.Module):
         im2col_step: Kept for mmcv's signature; see :func:`deform_conv2d`.
 
     Raises:
-        ValueError: ``bias`` is set, or the channels are not divisible by ``groups``.
+        ArgumentError: ``bias`` is set, or the channels are not divisible by ``groups``
+            (mmcv asserts both; a ValueError too).
+        ValueError: a size out of range.
     """
 
     @rename_deform_groups("DeformConv2d")
@@ -127,7 +122,10 @@ class DeformConv2d(nn.Module):
     ) -> None:
         super().__init__()
         if bias:
-            raise ValueError(f"DeformConv2d: bias={bias!r} is not supported (as mmcv)")
+            raise ArgumentError(
+                f"mmcv.ops.DeformConv2d: bias must be False (mmcv's DCNv1 has no bias), "
+                f"found {bias!r}"
+            )
         set_conv_attributes(
             self, "DeformConv2d", in_channels, out_channels, kernel_size, stride, padding,
             dilation, groups, deform_groups,
@@ -211,4 +209,4 @@ class DeformConv2dPack(OffsetConvPack, DeformConv2d):
         Returns:
             (N, C_out, out_h, out_w).
         """
-        return self._deform_conv(x, self.conv_offset(x))
+        return self._deform_conv(x, self._offsets_of(x))

@@ -9,6 +9,13 @@ closed forms of mmcv's backward kernels).
   ``[0, num_classes)`` (mmdet uses ``num_classes`` for background) is negative
   for every class. ``weight`` is per class and indexed by the row's target.
 * Softmax: a row whose target is negative is ignored (loss 0).
+* A target that the op would index out of bounds with (``>= C`` for the softmax
+  loss; outside ``[0, C)`` with ``weight``), where mmcv's kernels read past the
+  end of a row or of the weight, gives that row a NaN loss (and no gradient):
+  the loud answer a device computes without stopping for a host-side check.
+* ``target`` must be an integer tensor, not ``bool`` (whose True would read as
+  class 1). ``gamma`` must be finite and ``>= 0``, ``alpha`` in ``[0, 1]``.
+* A NaN or inf logit gives a NaN loss where it is read, as in mmcv.
 * ``reduction='mean'`` divides the sum by ``N``, the number of rows (not by
   ``N * C``); ``'none'`` gives ``(N, C)`` for the sigmoid loss and ``(N,)`` for
   the softmax loss.
@@ -22,13 +29,15 @@ exact value instead.
 
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from mmpar.compat.ops.backend import float_compute_dtype
+from mmpar.compat.ops.backend import ArgumentError, float_compute_dtype
 
 __all__ = [
     "SigmoidFocalLoss",
@@ -45,39 +54,69 @@ _REDUCTIONS = ("none", "mean", "sum")
 def _check_args(
     op: str, input: Tensor, target: Tensor, weight: Optional[Tensor], reduction: str
 ) -> None:
+    # mmcv asserts the shapes, the weight and the reduction: ArgumentError is an
+    # AssertionError too.
     if not isinstance(input, Tensor) or not input.is_floating_point():
         found = input.dtype if isinstance(input, Tensor) else type(input).__name__
-        raise TypeError(f"{op}: input must be a floating-point tensor, got {found}")
+        raise TypeError(f"{op}: input must be a floating-point tensor, found {found}")
     if input.dim() != 2:
-        raise ValueError(f"{op}: input must be (N, C), got shape {tuple(input.shape)}")
-    if not isinstance(target, Tensor) or target.is_floating_point() or target.is_complex():
+        raise ArgumentError(f"{op}: input must be (N, C), found shape {tuple(input.shape)}")
+    if (
+        not isinstance(target, Tensor)
+        or target.is_floating_point()
+        or target.is_complex()
+        or target.dtype == torch.bool
+    ):
         found = target.dtype if isinstance(target, Tensor) else type(target).__name__
-        raise TypeError(f"{op}: target must be an integer (long) tensor, got {found}")
+        raise TypeError(
+            f"{op}: target must be an integer (long) tensor of class indices, found {found}"
+        )
     if target.dim() != 1 or target.size(0) != input.size(0):
-        raise ValueError(
+        raise ArgumentError(
             f"{op}: target must be (N,) with N = input.size(0) = {input.size(0)}, "
-            f"got shape {tuple(target.shape)}"
+            f"found shape {tuple(target.shape)}"
         )
     if target.device != input.device:
         raise ValueError(
-            f"{op}: target must be on input's device ({input.device}), got {target.device}"
+            f"{op}: target must be on input's device ({input.device}), found {target.device}"
         )
-    if weight is not None and (weight.dim() != 1 or weight.size(0) != input.size(1)):
-        raise ValueError(
-            f"{op}: weight must be (C,) with C = input.size(1) = {input.size(1)}, "
-            f"got shape {tuple(weight.shape)}"
-        )
+    if weight is not None:
+        if not isinstance(weight, Tensor) or not weight.is_floating_point():
+            found = weight.dtype if isinstance(weight, Tensor) else type(weight).__name__
+            raise TypeError(f"{op}: weight must be a floating-point tensor, found {found}")
+        if weight.dim() != 1 or weight.size(0) != input.size(1):
+            raise ArgumentError(
+                f"{op}: weight must be (C,) with C = input.size(1) = {input.size(1)}, "
+                f"found shape {tuple(weight.shape)}"
+            )
     if reduction not in _REDUCTIONS:
-        raise ValueError(f"{op}: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
+        raise ArgumentError(f"{op}: reduction must be one of {_REDUCTIONS}, found {reduction!r}")
 
 
-def _check_targets_below(op: str, target: Tensor, num_classes: int, why: str) -> None:
-    # A host sync: only on the paths where mmcv's kernel would read out of bounds.
-    if target.numel() and bool((target >= num_classes).any()):
-        raise ValueError(
-            f"{op}: target must be below num_classes = {num_classes} {why}, "
-            f"got max {int(target.max())}"
-        )
+def _check_gamma_alpha(op: str, gamma: float, alpha: float) -> tuple[float, float]:
+    """``(gamma, alpha)`` as floats: gamma finite and >= 0, alpha in [0, 1]."""
+    values = []
+    for name, value, low, high, expected in (
+        ("gamma", gamma, 0.0, math.inf, "a finite number >= 0"),
+        ("alpha", alpha, 0.0, 1.0, "a number in [0, 1]"),
+    ):
+        number = float(value) if isinstance(value, numbers.Real) else math.nan
+        if not (low <= number <= high and math.isfinite(number)):
+            raise ValueError(f"{op}: {name} must be {expected}, found {value!r}")
+        values.append(number)
+    return values[0], values[1]
+
+
+def _class_weight(loss: Tensor, weight: Tensor, target: Tensor) -> Tensor:
+    """``weight[target]``, NaN where ``target`` is not a class index of ``weight``.
+
+    mmcv's kernels read past the weight's end there; a NaN loss says so without
+    a host sync (a check would stop the device on every step).
+    """
+    num_classes = weight.size(0)
+    valid = (target >= 0) & (target < num_classes)
+    picked = weight.to(device=loss.device, dtype=loss.dtype)[target.clamp(0, num_classes - 1)]
+    return torch.where(valid, picked, torch.full_like(picked, math.nan))
 
 
 def _reduce(loss: Tensor, reduction: str, num_rows: int) -> Tensor:
@@ -108,20 +147,22 @@ def sigmoid_focal_loss(
             background, ``C``) makes the row negative for every class.
         gamma: The focusing exponent.
         alpha: The weight of positives (negatives get ``1 - alpha``).
-        weight: (C,) float, per-class weights indexed by ``target`` (then every
-            target must be in ``[0, C)``), or ``None``.
+        weight: (C,) float, per-class weights indexed by ``target``, or ``None``;
+            a row whose target is outside ``[0, C)`` then gets a NaN loss.
         reduction: ``"none"`` ((N, C)), ``"mean"`` (sum / N) or ``"sum"``.
 
     Returns:
         The loss, in ``input``'s dtype.
 
     Raises:
-        TypeError: ``input`` not floating point, or ``target`` not integer.
-        ValueError: shapes or devices that do not match, an unknown ``reduction``,
-            or a target outside ``[0, C)`` together with ``weight``.
+        TypeError: ``input`` not floating point, or ``target`` not integer (``bool`` included).
+        ValueError: devices that do not match, ``gamma`` or ``alpha`` out of range.
+        ArgumentError: shapes that do not match, or an unknown ``reduction``
+            (mmcv asserts them; a ValueError too).
     """
-    op = "sigmoid_focal_loss"
+    op = "mmcv.ops.sigmoid_focal_loss"
     _check_args(op, input, target, weight, reduction)
+    gamma, alpha = _check_gamma_alpha(op, gamma, alpha)
     num_classes = input.size(1)
     x = input.to(float_compute_dtype(input.dtype))
     target = target.long()
@@ -134,9 +175,8 @@ def sigmoid_focal_loss(
     modulator = torch.exp(float(gamma) * F.logsigmoid(-z))
     balance = torch.where(positive, float(alpha), 1.0 - float(alpha)).to(x.dtype)
     loss = -balance * modulator * log_pt
-    if weight is not None:
-        _check_targets_below(op, target, num_classes, "when weight is given")
-        loss = loss * weight.to(device=x.device, dtype=x.dtype)[target].unsqueeze(1)
+    if weight is not None and num_classes:
+        loss = loss * _class_weight(loss, weight, target).unsqueeze(1)
     return _reduce(loss, reduction, input.size(0)).to(input.dtype)
 
 
@@ -156,7 +196,7 @@ def softmax_focal_loss(
     Args:
         input: (N, C) float, the logits.
         target: (N,) long, class indices in ``[0, C)``; a negative index
-            ignores the row (loss and gradient 0).
+            ignores the row (loss and gradient 0), one ``>= C`` makes it NaN.
         gamma: The focusing exponent.
         alpha: The factor of every row's loss.
         weight: (C,) float, per-class weights indexed by ``target``, or ``None``.
@@ -166,27 +206,34 @@ def softmax_focal_loss(
         The loss, in ``input``'s dtype.
 
     Raises:
-        TypeError: ``input`` not floating point, or ``target`` not integer.
-        ValueError: shapes or devices that do not match, an unknown ``reduction``,
-            or a target ``>= C``.
+        TypeError: ``input`` not floating point, or ``target`` not integer (``bool`` included).
+        ValueError: devices that do not match, no class, ``gamma`` or ``alpha``
+            out of range.
+        ArgumentError: shapes that do not match, or an unknown ``reduction``
+            (mmcv asserts them; a ValueError too).
     """
-    op = "softmax_focal_loss"
+    op = "mmcv.ops.softmax_focal_loss"
     _check_args(op, input, target, weight, reduction)
+    gamma, alpha = _check_gamma_alpha(op, gamma, alpha)
     num_classes = input.size(1)
+    if num_classes == 0:
+        raise ValueError(f"{op}: input must have at least one class (C >= 1), found (N, 0)")
     target = target.long()
-    _check_targets_below(op, target, num_classes, "(negative targets are ignored)")
     x = input.to(float_compute_dtype(input.dtype))
     valid = target >= 0
-    index = target.clamp(min=0)
+    index = target.clamp(0, num_classes - 1)
     log_pt = F.log_softmax(x, dim=1).gather(1, index.unsqueeze(1)).squeeze(1)
     one_minus_pt = -torch.expm1(log_pt)
     # pow's gradient at 0 is infinite for gamma < 1; the loss's is 0 there (pt = 1).
     nonzero = one_minus_pt > 0
     safe = torch.where(nonzero, one_minus_pt, torch.ones_like(one_minus_pt))
     modulator = torch.where(nonzero, safe.pow(float(gamma)), torch.zeros_like(safe))
-    loss = -float(alpha) * modulator * log_pt
+    loss = -alpha * modulator * log_pt
     if weight is not None:
         loss = loss * weight.to(device=x.device, dtype=x.dtype)[index]
+    # A target >= C has no probability (mmcv's kernel reads another row's): NaN,
+    # computed on the device rather than checked with a host sync.
+    loss = torch.where(target < num_classes, loss, torch.full_like(loss, math.nan))
     loss = torch.where(valid, loss, torch.zeros_like(loss))
     return _reduce(loss, reduction, input.size(0)).to(input.dtype)
 
@@ -212,10 +259,10 @@ class _FocalLoss(nn.Module):
         reduction: str = "mean",
     ) -> None:
         super().__init__()
+        op = f"mmcv.ops.{type(self).__name__}"
         if reduction not in _REDUCTIONS:
-            raise ValueError(
-                f"{type(self).__name__}: reduction must be one of {_REDUCTIONS}, got {reduction!r}"
-            )
+            raise ValueError(f"{op}: reduction must be one of {_REDUCTIONS}, found {reduction!r}")
+        _check_gamma_alpha(op, gamma, alpha)
         self.gamma = gamma
         self.alpha = alpha
         self.register_buffer("weight", weight)

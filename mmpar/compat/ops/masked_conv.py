@@ -4,6 +4,12 @@ mmcv convolves only where the mask is positive and leaves zeros (not the
 bias) elsewhere; stride 1, one image, and no backward pass (the gradients
 are None). mmpar computes the whole convolution with ``F.conv2d`` and keeps
 the masked positions, which gives the same values.
+
+Where the output is smaller than the input (``padding < (k - 1) / 2``), the
+mask's positions beyond the output have no output pixel and are ignored (mmcv's
+CUDA kernel writes them to other positions); checking them would stop the
+device for a host-side read. A NaN in ``features`` reaches the masked outputs
+whose window reads it, as in mmcv.
 """
 
 from __future__ import annotations
@@ -14,8 +20,8 @@ from torch import Tensor, nn
 from torch.autograd.function import FunctionCtx, once_differentiable
 from torch.nn.modules.utils import _pair
 
-from mmpar.compat.ops.backend import unsupported
-from mmpar.compat.ops.modulated_deform_conv import IntPair, conv_output_size, int_pair
+from mmpar.compat.ops.backend import ArgumentError, unsupported
+from mmpar.compat.ops.deform_sampling import IntPair, conv_output_size, int_pair
 
 __all__ = ["MaskedConv2d", "masked_conv2d"]
 
@@ -42,13 +48,21 @@ class _MaskedConv2dFunction(torch.autograd.Function):
 
 
 def _check(features: Tensor, mask: Tensor, weight: Tensor, bias: Tensor | None) -> None:
+    # mmcv asserts the shapes of features and mask: ArgumentError is an AssertionError too.
     op = "mmcv.ops.masked_conv2d"
-    if features.dim() != 4 or features.size(0) != 1:
-        raise ValueError(f"{op}: features must be (1, C, H, W), found {tuple(features.shape)}")
-    if mask.dim() != 3 or mask.size(0) != 1 or mask.shape[1:] != features.shape[2:]:
-        raise ValueError(
+    if not isinstance(features, Tensor) or features.dim() != 4 or features.size(0) != 1:
+        found = tuple(features.shape) if isinstance(features, Tensor) else type(features).__name__
+        raise ArgumentError(f"{op}: features must be (1, C, H, W), found {found}")
+    if (
+        not isinstance(mask, Tensor)
+        or mask.dim() != 3
+        or mask.size(0) != 1
+        or (mask.shape[1:] != features.shape[2:])
+    ):
+        found = tuple(mask.shape) if isinstance(mask, Tensor) else type(mask).__name__
+        raise ArgumentError(
             f"{op}: mask must be (1, H, W) = (1, {features.size(2)}, {features.size(3)}), "
-            f"found {tuple(mask.shape)}"
+            f"found {found}"
         )
     if not features.is_floating_point():
         raise TypeError(f"{op}: features must be floating point, found {features.dtype}")
@@ -61,14 +75,12 @@ def _check(features: Tensor, mask: Tensor, weight: Tensor, bias: Tensor | None) 
 
 
 def _output_mask(mask: Tensor, out_h: int, out_w: int) -> Tensor:
-    """The positive positions of ``mask`` (1, H, W) on the (1, 1, out_h, out_w) output."""
+    """The positive positions of ``mask`` (1, H, W) on the (1, 1, out_h, out_w) output.
+
+    Positions beyond the output are dropped: elementwise, no host sync.
+    """
     positive = mask[0] > 0
     height, width = positive.shape
-    if (out_h < height and positive[out_h:].any()) or (out_w < width and positive[:, out_w:].any()):
-        raise ValueError(
-            f"mmcv.ops.masked_conv2d: the mask is positive outside the {out_h}x{out_w} output "
-            "(mmcv writes those positions out of place)"
-        )
     keep = positive.new_zeros(out_h, out_w)
     rows, cols = min(out_h, height), min(out_w, width)
     keep[:rows, :cols] = positive[:rows, :cols]
@@ -91,7 +103,8 @@ def masked_conv2d(
 
     Args:
         features: (1, C_in, H, W) float: one image.
-        mask: (1, H, W): positions whose value is > 0 are computed.
+        mask: (1, H, W): positions whose value is > 0 are computed (those beyond
+            a smaller output are ignored).
         weight: (C_out, C_in, kh, kw).
         bias: (C_out,), or None (mmcv needs one; a masked position then gets
             the convolution alone).
@@ -105,8 +118,9 @@ def masked_conv2d(
     Raises:
         UnsupportedOpError: ``stride`` is not 1 (neither is it in mmcv).
         TypeError: ``features`` is not floating point.
-        ValueError: shapes that do not fit together, or a mask positive
-            outside a smaller output.
+        ValueError: a negative padding, weight or bias that do not fit, or
+            features smaller than the kernel.
+        ArgumentError: features or mask of another shape (mmcv asserts them).
     """
     stride_ = _pair(stride)
     if tuple(stride_) != (1, 1):
@@ -114,6 +128,13 @@ def masked_conv2d(
     pad = int_pair("masked_conv2d", "padding", padding, 0)
     _check(features, mask, weight, bias)
     out_h, out_w = conv_output_size(features.shape[2:], weight.shape[2:], (1, 1), pad, (1, 1))
+    if min(out_h, out_w) < 1:
+        if min(out_h, out_w) < 0:
+            raise ValueError(
+                f"mmcv.ops.masked_conv2d: features are too small for the kernel (input "
+                f"{tuple(features.shape[2:])}, output would be {(out_h, out_w)})"
+            )
+        return features.new_zeros(1, weight.size(0), out_h, out_w)
     keep = _output_mask(mask, out_h, out_w).to(features.device)
     dtype = features.dtype
     # CPU convolutions in float16/bfloat16 run in float32, then cast back.

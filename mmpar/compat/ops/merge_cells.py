@@ -14,6 +14,11 @@ compute what they compute with mmcv-full:
 
 The convolutions are mmcv's ``ConvModule`` (mmcv's pure-Python brick), imported
 from ``mmcv.cnn`` when a cell has one; cells without convs need no mmcv.
+
+What mmcv asserts (``upsample_mode``, inputs sharing ``(N, C)``, ``out_size`` of
+two values) raises ``ArgumentError``, a ``ValueError`` and an ``AssertionError``.
+A NaN goes through the resize as through ``F.interpolate`` and ``F.max_pool2d``
+(which keeps it), as in mmcv.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from typing import Any, Mapping, Optional, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from mmpar.compat.ops.backend import ArgumentError, check_int
 
 __all__ = ["BaseMergeCell", "ConcatCell", "GlobalPoolingCell", "SumCell"]
 
@@ -63,7 +70,7 @@ class BaseMergeCell(nn.Module):
         upsample_mode: ``'nearest'`` or ``'bilinear'``, how smaller maps are resized.
 
     Raises:
-        ValueError: another ``upsample_mode``.
+        ArgumentError: another ``upsample_mode`` (mmcv asserts it; a ValueError too).
         ImportError: a conv is asked for and ``mmcv.cnn`` does not import.
     """
 
@@ -82,10 +89,10 @@ class BaseMergeCell(nn.Module):
         upsample_mode: str = "nearest",
     ) -> None:
         super().__init__()
-        if upsample_mode not in _UPSAMPLE_MODES:
-            raise ValueError(
-                f"{type(self).__name__}: upsample_mode must be one of {_UPSAMPLE_MODES}, "
-                f"got {upsample_mode!r}"
+        if not isinstance(upsample_mode, str) or upsample_mode not in _UPSAMPLE_MODES:
+            raise ArgumentError(
+                f"mmcv.ops.{type(self).__name__}: upsample_mode must be one of "
+                f"{_UPSAMPLE_MODES}, found {upsample_mode!r}"
             )
         self.with_out_conv = with_out_conv
         self.with_input1_conv = with_input1_conv
@@ -151,26 +158,47 @@ class BaseMergeCell(nn.Module):
             merged channels.
 
         Raises:
-            ValueError: inputs with different batch or channels, or an
-                ``out_size`` that is not two ints.
+            TypeError: an ``out_size`` that is not ints.
+            ValueError: inputs that are not (N, C, H, W) maps, or an ``out_size``
+                below 1.
+            ArgumentError: inputs with different batch or channels, or an
+                ``out_size`` that is not two values (mmcv asserts them).
         """
+        op = f"mmcv.ops.{type(self).__name__}"
+        for name, x in (("x1", x1), ("x2", x2)):
+            if not isinstance(x, Tensor) or x.dim() != 4 or min(x.shape[2:]) < 1:
+                found = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+                raise ValueError(f"{op}: {name} must be (N, C, H, W) with H, W >= 1, found {found}")
         if x1.shape[:2] != x2.shape[:2]:
-            raise ValueError(
-                f"{type(self).__name__}: x1 and x2 must share (N, C), got "
-                f"{tuple(x1.shape)} and {tuple(x2.shape)}"
+            raise ArgumentError(
+                f"{op}: x1 and x2 must share (N, C), found {tuple(x1.shape)} and {tuple(x2.shape)}"
             )
-        if out_size is not None and len(out_size) != 2:
-            raise ValueError(
-                f"{type(self).__name__}: out_size must be (H, W), got {tuple(out_size)}"
-            )
+        if out_size is not None:
+            if len(out_size) != 2:
+                raise ArgumentError(f"{op}: out_size must be (H, W), found {tuple(out_size)}")
+            out_size = tuple(check_int(op, "out_size", v, 1) for v in out_size)
         if out_size is None:
             out_size = max(tuple(x1.shape[2:]), tuple(x2.shape[2:]))
+        if self.with_input1_conv:
+            self._check_channels("x1", x1, self.input1_conv)
+        if self.with_input2_conv:
+            self._check_channels("x2", x2, self.input2_conv)
         x1 = self._resize(self.input1_conv(x1), out_size)
         x2 = self._resize(self.input2_conv(x2), out_size)
         x = self._binary_op(x1, x2)
         if self.with_out_conv:
+            self._check_channels("the merged map", x, self.out_conv)
             x = self.out_conv(x)
         return x
+
+    def _check_channels(self, name: str, x: Tensor, conv_module: nn.Module) -> None:
+        """A one-line error, rather than torch's, for a map that ``conv_module`` cannot take."""
+        expected = getattr(getattr(conv_module, "conv", None), "in_channels", None)
+        if expected is not None and x.size(1) != expected:
+            raise ValueError(
+                f"mmcv.ops.{type(self).__name__}: {name} must have {expected} channels "
+                f"(its conv's in_channels), found {x.size(1)}"
+            )
 
 
 class SumCell(BaseMergeCell):

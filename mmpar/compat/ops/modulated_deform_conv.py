@@ -1,188 +1,37 @@
 """Modulated deformable convolution (DCNv2), mmcv's ``mmcv.ops.modulated_deform_conv``.
 
-The kernel is ``torchvision.ops.deform_conv2d`` with a mask: like mmcv's, it
-takes the offsets as ``(dy, dx)`` pairs per kernel point, kernel points in
-row-major order, one block of ``2 * kh * kw`` channels per deformable group,
-and samples bilinearly with zeros outside the map (a point in
-``(-1, H) x (-1, W)`` still blends with the rows and columns inside).
-mmcv's ``deform_conv`` module shares this module's helpers, as mmcv's does, and
-``masked_conv`` checks its padding and works out its size with them.
+The kernel is ``torchvision.ops.deform_conv2d`` with a mask, as
+:mod:`mmpar.compat.ops.deform_sampling` runs it: mmcv's offset layout and
+sampling, and mmcv-full's gradients, border points included. mmcv's
+``deform_conv`` module shares this module's layer helpers, as mmcv's does.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import torch
 from torch import Tensor, nn
-from torch.nn.modules.utils import _pair, _single
+from torch.nn.modules.utils import _single
 
-from mmpar.compat.ops.backend import check_float, renamed_kwargs, torchvision_ops
+from mmpar.compat.ops.backend import ArgumentError, check_float, check_int, renamed_kwargs
+from mmpar.compat.ops.deform_sampling import (
+    IntPair,
+    check_per_point,
+    conv_geometry,
+    conv_output_size,
+    deform_conv,
+    int_pair,
+)
 
 __all__ = ["ModulatedDeformConv2d", "ModulatedDeformConv2dPack", "modulated_deform_conv2d"]
 
 logger = logging.getLogger(__name__)
 
-IntPair = int | tuple[int, int]
 _F = TypeVar("_F", bound=Callable[..., Any])
-
-
-def compute_dtype(tensor: Tensor) -> torch.dtype:
-    """The dtype torchvision's kernel runs in for ``tensor``: its own, or float32.
-
-    torchvision's CPU kernel has no bfloat16 and sums float16 in float16, and its
-    CUDA kernel has no bfloat16: those run in float32 and are cast back.
-    """
-    if tensor.dtype in (torch.float32, torch.float64):
-        return tensor.dtype
-    if tensor.dtype == torch.float16 and tensor.device.type == "cuda":
-        return tensor.dtype
-    return torch.float32
-
-
-def int_pair(op: str, name: str, value: IntPair, minimum: int) -> tuple[int, int]:
-    """``value`` (an int, or a pair of them) as a pair of ints, each at least ``minimum``.
-
-    Args:
-        op: The op's mmcv name, for the message.
-        name: The argument's name, for the message.
-        value: An int or a pair of ints (anything with ``__index__``).
-        minimum: The smallest value allowed.
-
-    Returns:
-        ``(first, second)``.
-
-    Raises:
-        ValueError: ``value`` is not an int or a pair of ints, or is below ``minimum``.
-    """
-    message = f"mmcv.ops.{op}: {name} must be an int >= {minimum} or a pair, found {value!r}"
-    try:
-        pair = tuple(operator.index(v) for v in _pair(value))
-    except TypeError:
-        raise ValueError(message) from None
-    if len(pair) != 2 or min(pair) < minimum:
-        raise ValueError(message)
-    return pair[0], pair[1]
-
-
-def conv_output_size(
-    size: Sequence[int],
-    kernel: Sequence[int],
-    stride: tuple[int, int],
-    padding: tuple[int, int],
-    dilation: tuple[int, int],
-) -> tuple[int, int]:
-    """A convolution's ``(out_h, out_w)``, as ``nn.Conv2d`` computes it (it may be < 1).
-
-    Args:
-        size: The input's ``(H, W)``.
-        kernel: ``(kh, kw)``.
-        stride: ``(sh, sw)``.
-        padding: ``(ph, pw)``, zeros on both sides.
-        dilation: ``(dh, dw)``.
-    """
-    out_h, out_w = (
-        (size[d] + 2 * padding[d] - (dilation[d] * (kernel[d] - 1) + 1)) // stride[d] + 1
-        for d in range(2)
-    )
-    return out_h, out_w
-
-
-def conv_geometry(
-    op: str,
-    input: Tensor,
-    weight: Tensor,
-    stride: IntPair,
-    padding: IntPair,
-    dilation: IntPair,
-    groups: int,
-    deform_groups: int,
-) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int], tuple[int, int]]:
-    """Checks a deformable convolution's arguments and gives its geometry.
-
-    Args:
-        op: The op's mmcv name, for the messages.
-        input: (N, C_in, H, W) float.
-        weight: (C_out, C_in // groups, kh, kw) float.
-        stride: Int or (sh, sw).
-        padding: Int or (ph, pw).
-        dilation: Int or (dh, dw).
-        groups: Blocked connections from input to output channels.
-        deform_groups: Groups of input channels that share one set of offsets.
-
-    Returns:
-        ``(stride, padding, dilation, (out_h, out_w))``, each a pair of ints.
-
-    Raises:
-        TypeError: ``input`` or ``weight`` is not floating point.
-        ValueError: shapes or parameters that do not fit together.
-    """
-    if input.dim() != 4:
-        raise ValueError(f"mmcv.ops.{op}: input must be 4D (N, C, H, W), found {input.dim()}D")
-    if weight.dim() != 4:
-        raise ValueError(
-            f"mmcv.ops.{op}: weight must be 4D (C_out, C_in // groups, kh, kw), "
-            f"found {weight.dim()}D"
-        )
-    check_float(op, input=input, weight=weight)
-    stride_ = int_pair(op, "stride", stride, 1)
-    padding_ = int_pair(op, "padding", padding, 0)
-    dilation_ = int_pair(op, "dilation", dilation, 1)
-    channels = input.size(1)
-    if groups < 1 or weight.size(1) * groups != channels:
-        raise ValueError(
-            f"mmcv.ops.{op}: input has {channels} channels, expected weight.size(1) * groups = "
-            f"{weight.size(1)} * {groups}"
-        )
-    if weight.size(0) % groups:
-        raise ValueError(
-            f"mmcv.ops.{op}: weight.size(0) (output channels) must be divisible by "
-            f"groups={groups}, found {weight.size(0)}"
-        )
-    if deform_groups < 1 or channels % deform_groups:
-        raise ValueError(
-            f"mmcv.ops.{op}: input channels must be divisible by deform_groups={deform_groups}, "
-            f"found {channels}"
-        )
-    out_h, out_w = conv_output_size(input.shape[2:], weight.shape[2:], stride_, padding_, dilation_)
-    if out_h < 1 or out_w < 1:
-        raise ValueError(
-            f"mmcv.ops.{op}: convolution input is too small (input {tuple(input.shape[2:])}, "
-            f"output would be {(out_h, out_w)})"
-        )
-    return stride_, padding_, dilation_, (out_h, out_w)
-
-
-def check_per_point(
-    op: str,
-    name: str,
-    tensor: Tensor,
-    expected: tuple[int, int, int, int],
-    layout: str,
-    as_memory: bool = False,
-) -> Tensor:
-    """The offset or mask tensor as the convolution reads it, or a ``ValueError``.
-
-    With ``as_memory`` (DCNv2): mmcv's DCNv2 kernels read each image's ``offset[b]``
-    (and ``mask[b]``) as contiguous
-    memory of the expected ``(C, out_h, out_w)`` shape without checking its spatial
-    size. mmdet's DyHead relies on that: its upper-level DCNv2 gets the offsets of the
-    level below, a map twice as large. Such a tensor is read the same way here: its
-    first ``C * out_h * out_w`` values per image. One with fewer values (which mmcv
-    would read past the end of) is refused.
-    """
-    shape = tuple(tensor.shape)
-    if shape == expected:
-        return tensor
-    needed = expected[1] * expected[2] * expected[3]
-    fits = tensor.dim() == 4 and shape[0] == expected[0] and tensor[:1].numel() >= needed
-    if as_memory and fits:
-        return tensor.reshape(shape[0], -1)[:, :needed].reshape(expected)
-    raise ValueError(f"mmcv.ops.{op}: {name} must have shape {expected} ({layout}), found {shape}")
 
 
 def set_conv_attributes(
@@ -202,19 +51,33 @@ def set_conv_attributes(
     ``weight``: (out_channels, in_channels // groups, kh, kw), for ``reset_parameters``.
 
     Raises:
-        ValueError: the channels are not divisible by ``groups``.
+        TypeError: a channel or group count that is not an int.
+        ValueError: a size out of range, or channels not divisible by ``deform_groups``.
+        ArgumentError: channels not divisible by ``groups`` (mmcv asserts it).
     """
-    if groups < 1 or in_channels % groups or out_channels % groups:
-        raise ValueError(
-            f"{cls_name}: in_channels ({in_channels}) and out_channels "
+    op = f"mmcv.ops.{cls_name}"
+    in_channels, out_channels, groups, deform_groups = (
+        check_int(op, name, value, minimum) for name, value, minimum in (
+            ("in_channels", in_channels, 0), ("out_channels", out_channels, 0),
+            ("groups", groups, 1), ("deform_groups", deform_groups, 1),
+        )
+    )  # fmt: skip
+    if in_channels % groups or out_channels % groups:
+        raise ArgumentError(
+            f"{op}: in_channels ({in_channels}) and out_channels "
             f"({out_channels}) must be divisible by groups ({groups})"
+        )
+    if in_channels % deform_groups:
+        raise ValueError(
+            f"{op}: in_channels ({in_channels}) must be divisible by deform_groups "
+            f"({deform_groups})"
         )
     module.in_channels = in_channels
     module.out_channels = out_channels
-    module.kernel_size = _pair(kernel_size)
-    module.stride = _pair(stride)
-    module.padding = _pair(padding)
-    module.dilation = _pair(dilation)
+    module.kernel_size = int_pair(cls_name, "kernel_size", kernel_size, 1)
+    module.stride = int_pair(cls_name, "stride", stride, 1)
+    module.padding = int_pair(cls_name, "padding", padding, 0)
+    module.dilation = int_pair(cls_name, "dilation", dilation, 1)
     module.groups = groups
     module.deform_groups = deform_groups
     # nn.Conv2d's attributes, which mmcv's conv builders read.
@@ -289,6 +152,30 @@ class OffsetConvPack(nn.Module):
             bias=True,
         )
 
+    def _offsets_of(self, x: Tensor) -> Tensor:
+        """``conv_offset(x)``, once ``x`` is checked: a clear error rather than torch's conv's.
+
+        Raises:
+            TypeError: ``x`` is not a floating-point tensor.
+            ValueError: ``x`` is not (N, in_channels, H, W), or is smaller than the kernel reaches.
+        """
+        op = f"mmcv.ops.{type(self).__name__}"
+        if not isinstance(x, Tensor) or not x.is_floating_point():
+            found = x.dtype if isinstance(x, Tensor) else type(x).__name__
+            raise TypeError(f"{op}: x must be a floating-point tensor, found {found}")
+        if x.dim() != 4 or x.size(1) != self.in_channels:
+            raise ValueError(
+                f"{op}: x must be (N, in_channels={self.in_channels}, H, W), found {tuple(x.shape)}"
+            )
+        out_size = conv_output_size(
+            x.shape[2:], self.kernel_size, self.stride, self.padding, self.dilation
+        )
+        if min(out_size) < 1:
+            raise ValueError(
+                f"{op}: x is too small (input {tuple(x.shape[2:])}, output would be {out_size})"
+            )
+        return self.conv_offset(x)
+
     def _zero_conv_offset(self) -> None:
         """``conv_offset``'s weight and bias at zero: the Pack starts as its plain layer."""
         with torch.no_grad():
@@ -354,7 +241,6 @@ def modulated_deform_conv2d(
         ValueError: shapes or parameters that do not fit together.
     """
     op = "modulated_deform_conv2d"
-    check_float(op, offset=offset, mask=mask, bias=bias)
     stride_, padding_, dilation_, out_size = conv_geometry(
         op, input, weight, stride, padding, dilation, groups, deform_groups
     )
@@ -362,29 +248,20 @@ def modulated_deform_conv2d(
     batch = input.size(0)
     offset = check_per_point(
         op, "offset", offset, (batch, deform_groups * 2 * points, *out_size),
-        "N, deform_groups * 2 * kh * kw, out_h, out_w", as_memory=True,
+        "N, deform_groups * 2 * kh * kw, out_h, out_w", input, as_memory=True,
     )  # fmt: skip
     mask = check_per_point(
         op, "mask", mask, (batch, deform_groups * points, *out_size),
-        "N, deform_groups * kh * kw, out_h, out_w", as_memory=True,
+        "N, deform_groups * kh * kw, out_h, out_w", input, as_memory=True,
     )  # fmt: skip
-    if bias is not None and tuple(bias.shape) != (weight.size(0),):
-        raise ValueError(
-            f"mmcv.ops.{op}: bias must have shape ({weight.size(0)},), found {tuple(bias.shape)}"
-        )
-    dtype = offset.dtype
-    compute = compute_dtype(offset)
-    out = torchvision_ops().deform_conv2d(
-        input.to(compute),
-        offset.to(compute),
-        weight.to(compute),
-        None if bias is None else bias.to(compute),
-        stride_,
-        padding_,
-        dilation_,
-        mask.to(compute),
-    )
-    return out.to(dtype)
+    if bias is not None:
+        check_float(op, bias=bias)
+        if tuple(bias.shape) != (weight.size(0),) or bias.device != input.device:
+            raise ValueError(
+                f"mmcv.ops.{op}: bias must have shape ({weight.size(0)},) on {input.device}, "
+                f"found {tuple(bias.shape)} on {bias.device}"
+            )
+    return deform_conv(input, offset, weight, bias, mask, stride_, padding_, dilation_)
 
 
 class ModulatedDeformConv2d(nn.Module):
@@ -486,6 +363,6 @@ class ModulatedDeformConv2dPack(OffsetConvPack, ModulatedDeformConv2d):
         Returns:
             (N, C_out, out_h, out_w).
         """
-        o1, o2, mask = torch.chunk(self.conv_offset(x), 3, dim=1)
+        o1, o2, mask = torch.chunk(self._offsets_of(x), 3, dim=1)
         offset = torch.cat((o1, o2), dim=1)
         return super().forward(x, offset, torch.sigmoid(mask))

@@ -1,21 +1,25 @@
 """Multi-scale deformable attention (Deformable DETR), as ``mmcv.ops.multi_scale_deform_attn``.
 
-Every device runs the plain-torch path (one ``F.grid_sample`` per feature level):
-mmcv-full's CUDA kernel samples the same points with the same bilinear rule
-(pixel centres at ``(i + 0.5) / w``, zeros outside the map), so results agree
-up to float rounding. ``im2col_step`` (a batching knob of that kernel) has no
-effect here.
+The sampling, on every device the plain-torch path, is
+:mod:`mmpar.compat.ops.deform_attn_sampling`'s (its two names are mmcv's, and
+this module's too); ``im2col_step`` (a batching knob of mmcv's CUDA kernel) has
+no effect here.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Optional
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
+
+from mmpar.compat.ops.backend import check_int
+from mmpar.compat.ops.deform_attn_sampling import (
+    MultiScaleDeformableAttnFunction,
+    multi_scale_deformable_attn_pytorch,
+)
 
 __all__ = [
     "MultiScaleDeformableAttention",
@@ -23,153 +27,7 @@ __all__ = [
     "multi_scale_deformable_attn_pytorch",
 ]
 
-_FUNC = "multi_scale_deformable_attn_pytorch"
-
-
-def _level_shapes(spatial_shapes: Union[Tensor, Sequence[Sequence[int]]]) -> list[tuple[int, int]]:
-    """The (h, w) of every level as Python ints (one host read of a device tensor)."""
-    rows = spatial_shapes.tolist() if isinstance(spatial_shapes, Tensor) else spatial_shapes
-    shapes = [tuple(int(v) for v in row) for row in rows]
-    if any(len(s) != 2 for s in shapes):
-        found = tuple(spatial_shapes.shape) if isinstance(spatial_shapes, Tensor) else rows
-        raise ValueError(
-            f"{_FUNC}: value_spatial_shapes must be (num_levels, 2) rows of (h, w), found {found}"
-        )
-    return shapes  # type: ignore[return-value]
-
-
-def _check_shapes(
-    value: Tensor,
-    shapes: list[tuple[int, int]],
-    sampling_locations: Tensor,
-    attention_weights: Tensor,
-) -> None:
-    """Raises ValueError unless the four inputs describe one consistent attention."""
-    if value.dim() != 4:
-        raise ValueError(
-            f"{_FUNC}: value must be (bs, num_keys, num_heads, dims_per_head), "
-            f"found shape {tuple(value.shape)}"
-        )
-    if sampling_locations.dim() != 6 or sampling_locations.shape[-1] != 2:
-        raise ValueError(
-            f"{_FUNC}: sampling_locations must be (bs, num_queries, num_heads, num_levels, "
-            f"num_points, 2), found shape {tuple(sampling_locations.shape)}"
-        )
-    if tuple(attention_weights.shape) != tuple(sampling_locations.shape[:-1]):
-        raise ValueError(
-            f"{_FUNC}: attention_weights must be (bs, num_queries, num_heads, num_levels, "
-            f"num_points) = {tuple(sampling_locations.shape[:-1])} (sampling_locations' "
-            f"leading dims), found {tuple(attention_weights.shape)}"
-        )
-    bs, num_keys, num_heads, _ = value.shape
-    loc_bs, _, loc_heads, num_levels, _, _ = sampling_locations.shape
-    if (loc_bs, loc_heads) != (bs, num_heads):
-        raise ValueError(
-            f"{_FUNC}: sampling_locations' (bs, num_heads) must be value's {(bs, num_heads)}, "
-            f"found {(loc_bs, loc_heads)}"
-        )
-    if len(shapes) != num_levels:
-        raise ValueError(
-            f"{_FUNC}: value_spatial_shapes must have one row per level "
-            f"({num_levels}, from sampling_locations), found {len(shapes)}"
-        )
-    total = sum(h * w for h, w in shapes)
-    if total != num_keys:
-        raise ValueError(
-            f"{_FUNC}: the levels' h * w must add up to value's num_keys ({num_keys}), "
-            f"found {total} from value_spatial_shapes {shapes}"
-        )
-
-
-def multi_scale_deformable_attn_pytorch(
-    value: Tensor,
-    value_spatial_shapes: Tensor,
-    sampling_locations: Tensor,
-    attention_weights: Tensor,
-) -> Tensor:
-    """Multi-scale deformable attention in plain torch, differentiable in every float input.
-
-    Every query, head, level and point samples its level's value map bilinearly
-    at a normalised location (x, y) in [0, 1] (pixel ``i`` has its centre at
-    ``(i + 0.5) / w``; samples outside the map read zeros), and the samples are
-    summed with the attention weights.
-
-    Args:
-        value: (bs, num_keys, num_heads, dims_per_head) float; the levels' maps
-            one after another, each flattened row-major (num_keys = sum of h * w).
-        value_spatial_shapes: (num_levels, 2) long, the (h, w) of every level.
-        sampling_locations: (bs, num_queries, num_heads, num_levels, num_points, 2)
-            float, the (x, y) of every sample, normalised to [0, 1].
-        attention_weights: (bs, num_queries, num_heads, num_levels, num_points) float.
-
-    Returns:
-        (bs, num_queries, num_heads * dims_per_head), in value's dtype; heads
-        side by side in the last dim.
-
-    Raises:
-        ValueError: inconsistent shapes.
-    """
-    shapes = _level_shapes(value_spatial_shapes)
-    _check_shapes(value, shapes, sampling_locations, attention_weights)
-    bs, _, num_heads, head_dims = value.shape
-    _, num_queries, _, _, num_points, _ = sampling_locations.shape
-    # Mixed dtypes (amp leaves the locations in float32) are computed in the wider one.
-    dtype = torch.promote_types(value.dtype, sampling_locations.dtype)
-    grids = sampling_locations.to(dtype) * 2 - 1
-    # (bs, nq, nh, L, P) -> (bs * nh, 1, nq, L, P), to broadcast over the head's dims.
-    weights = attention_weights.to(dtype).transpose(1, 2).flatten(0, 1).unsqueeze(1)
-    out = value.new_zeros((bs * num_heads, head_dims, num_queries), dtype=dtype)
-    maps = value.to(dtype).split([h * w for h, w in shapes], dim=1)
-    for level, ((h, w), level_value) in enumerate(zip(shapes, maps)):
-        if h * w == 0:
-            continue  # an empty level contributes nothing (grid_sample rejects it)
-        # (bs, h*w, nh, d) -> (bs * nh, d, h, w)
-        level_map = level_value.permute(0, 2, 3, 1).reshape(bs * num_heads, head_dims, h, w)
-        # (bs, nq, nh, P, 2) -> (bs * nh, nq, P, 2)
-        level_grid = grids[:, :, :, level].transpose(1, 2).flatten(0, 1)
-        samples = F.grid_sample(
-            level_map, level_grid, mode="bilinear", padding_mode="zeros", align_corners=False
-        )  # (bs * nh, d, nq, P)
-        out = out + (samples * weights[..., level, :]).sum(-1)
-    out = out.view(bs, num_heads * head_dims, num_queries).transpose(1, 2)
-    return out.to(value.dtype).contiguous()
-
-
-class MultiScaleDeformableAttnFunction:
-    """Stand-in for mmcv's autograd Function of the CUDA kernel, for code that calls it directly.
-
-    :meth:`apply` runs :func:`multi_scale_deformable_attn_pytorch`, whose
-    gradients come from torch's autograd.
-    """
-
-    @staticmethod
-    def apply(
-        value: Tensor,
-        value_spatial_shapes: Tensor,
-        value_level_start_index: Tensor,
-        sampling_locations: Tensor,
-        attention_weights: Tensor,
-        im2col_step: Any,
-    ) -> Tensor:
-        """mmcv's argument order; see :func:`multi_scale_deformable_attn_pytorch`.
-
-        Args:
-            value: (bs, num_keys, num_heads, dims_per_head) float.
-            value_spatial_shapes: (num_levels, 2) long, (h, w) per level.
-            value_level_start_index: (num_levels,) long; unused: the levels
-                start where ``value_spatial_shapes`` puts them (mmcv's callers
-                always pass its cumulative sum).
-            sampling_locations: (bs, num_queries, num_heads, num_levels, num_points, 2).
-            attention_weights: (bs, num_queries, num_heads, num_levels, num_points).
-            im2col_step: The CUDA kernel's batch chunk; no effect here.
-
-        Returns:
-            (bs, num_queries, num_heads * dims_per_head).
-        """
-        del value_level_start_index, im2col_step
-        return multi_scale_deformable_attn_pytorch(
-            value, value_spatial_shapes, sampling_locations, attention_weights
-        )
+_MODULE = "mmcv.ops.MultiScaleDeformableAttention"
 
 
 class MultiScaleDeformableAttention(nn.Module):
@@ -191,7 +49,8 @@ class MultiScaleDeformableAttention(nn.Module):
         init_cfg: mmcv's BaseModule init config; kept as an attribute.
 
     Raises:
-        ValueError: ``embed_dims`` not divisible by ``num_heads``.
+        TypeError: a size that is not an int.
+        ValueError: a size below 1, or ``embed_dims`` not divisible by ``num_heads``.
     """
 
     def __init__(
@@ -207,9 +66,16 @@ class MultiScaleDeformableAttention(nn.Module):
         init_cfg: Optional[dict] = None,
     ) -> None:
         super().__init__()
+        for name, count in (
+            ("embed_dims", embed_dims),
+            ("num_heads", num_heads),
+            ("num_levels", num_levels),
+            ("num_points", num_points),
+        ):
+            check_int(_MODULE, name, count, 1)
         if embed_dims % num_heads != 0:
             raise ValueError(
-                "MultiScaleDeformableAttention: embed_dims must be divisible by num_heads, "
+                f"{_MODULE}: embed_dims must be divisible by num_heads, "
                 f"found embed_dims={embed_dims}, num_heads={num_heads}"
             )
         self.init_cfg = init_cfg
@@ -291,14 +157,18 @@ class MultiScaleDeformableAttention(nn.Module):
             Same layout as ``query``.
 
         Raises:
+            TypeError: query or value not floating point.
             ValueError: reference_points or spatial_shapes missing or malformed,
-                or value's length not the levels' total size.
+                query, value, identity, query_pos, key_padding_mask or
+                reference_points of shapes that do not fit together (batch
+                sizes included); ``ArgumentError`` (mmcv asserts it) for a
+                value whose length is not the levels' total size.
         """
         if "residual" in kwargs:
             if identity is not None:
                 raise ValueError(
-                    "MultiScaleDeformableAttention.forward: got both identity and its "
-                    "deprecated name residual; pass identity only"
+                    f"{_MODULE}.forward: got both identity and its deprecated name residual; "
+                    "pass identity only"
                 )
             warnings.warn(
                 '"residual" is deprecated in `MultiScaleDeformableAttention.forward`, '
@@ -309,7 +179,7 @@ class MultiScaleDeformableAttention(nn.Module):
             identity = kwargs.pop("residual")
         if reference_points is None or spatial_shapes is None:
             raise ValueError(
-                "MultiScaleDeformableAttention.forward: reference_points and spatial_shapes "
+                f"{_MODULE}.forward: reference_points and spatial_shapes "
                 f"are required, found reference_points={type(reference_points).__name__}, "
                 f"spatial_shapes={type(spatial_shapes).__name__}"
             )
@@ -317,6 +187,7 @@ class MultiScaleDeformableAttention(nn.Module):
             value = query
         if identity is None:
             identity = query
+        self._check_inputs(query, value, identity, query_pos)
         if query_pos is not None:
             query = query + query_pos
         if not self.batch_first:
@@ -324,14 +195,18 @@ class MultiScaleDeformableAttention(nn.Module):
             value = value.transpose(0, 1)
         bs, num_queries, _ = query.shape
         num_keys = value.shape[1]
+        self._check_mask_and_references(bs, num_queries, num_keys, key_padding_mask,
+                                        reference_points, spatial_shapes)  # fmt: skip
 
         value = self.value_proj(value)
         if key_padding_mask is not None:
             value = value.masked_fill(key_padding_mask[..., None], 0.0)
-        value = value.view(bs, num_keys, self.num_heads, -1)
+        value = value.view(bs, num_keys, self.num_heads, self.embed_dims // self.num_heads)
         sample_dims = (bs, num_queries, self.num_heads, self.num_levels, self.num_points)
         offsets = self.sampling_offsets(query).view(*sample_dims, 2)
-        weights = self.attention_weights(query).view(bs, num_queries, self.num_heads, -1)
+        weights = self.attention_weights(query).view(
+            bs, num_queries, self.num_heads, self.num_levels * self.num_points
+        )
         weights = weights.softmax(-1).view(sample_dims)
         locations = self._sampling_locations(reference_points, offsets, spatial_shapes)
         output = multi_scale_deformable_attn_pytorch(value, spatial_shapes, locations, weights)
@@ -339,6 +214,71 @@ class MultiScaleDeformableAttention(nn.Module):
         if not self.batch_first:
             output = output.transpose(0, 1)
         return self.dropout(output) + identity
+
+    def _check_inputs(
+        self, query: Tensor, value: Tensor, identity: Tensor, query_pos: Optional[Tensor]
+    ) -> None:
+        """One-line errors for the tensors of :meth:`forward`, in their given layout."""
+        layout = "(bs, n, embed_dims)" if self.batch_first else "(n, bs, embed_dims)"
+        batch_dim = 0 if self.batch_first else 1
+        for name, tensor in (("query", query), ("value", value)):
+            if not isinstance(tensor, Tensor) or not tensor.is_floating_point():
+                found = tensor.dtype if isinstance(tensor, Tensor) else type(tensor).__name__
+                raise TypeError(f"{_MODULE}: {name} must be a floating-point tensor, found {found}")
+            if tensor.dim() != 3 or tensor.shape[-1] != self.embed_dims:
+                raise ValueError(
+                    f"{_MODULE}: {name} must be {layout} with embed_dims={self.embed_dims}, "
+                    f"found {tuple(tensor.shape)}"
+                )
+        if value.shape[batch_dim] != query.shape[batch_dim]:
+            raise ValueError(
+                f"{_MODULE}: value's batch size must be query's ({query.shape[batch_dim]}), "
+                f"found {value.shape[batch_dim]} (value {tuple(value.shape)}, layout {layout})"
+            )
+        for name, tensor in (("identity", identity), ("query_pos", query_pos)):
+            if tensor is not None and tuple(tensor.shape) != tuple(query.shape):
+                raise ValueError(
+                    f"{_MODULE}: {name} must have query's shape {tuple(query.shape)}, "
+                    f"found {tuple(tensor.shape)}"
+                )
+
+    def _check_mask_and_references(
+        self,
+        bs: int,
+        num_queries: int,
+        num_keys: int,
+        key_padding_mask: Optional[Tensor],
+        reference_points: Tensor,
+        spatial_shapes: Tensor,
+    ) -> None:
+        """One-line errors for ``key_padding_mask``, ``reference_points`` and ``spatial_shapes``."""
+        if not isinstance(spatial_shapes, Tensor) or tuple(spatial_shapes.shape) != (
+            self.num_levels,
+            2,
+        ):
+            found = (
+                tuple(spatial_shapes.shape)
+                if isinstance(spatial_shapes, Tensor)
+                else type(spatial_shapes).__name__
+            )
+            raise ValueError(
+                f"{_MODULE}: spatial_shapes must be a (num_levels, 2) = ({self.num_levels}, 2) "
+                f"tensor of (h, w), found {found}"
+            )
+        if key_padding_mask is not None and (
+            key_padding_mask.dtype != torch.bool or tuple(key_padding_mask.shape) != (bs, num_keys)
+        ):
+            raise ValueError(
+                f"{_MODULE}: key_padding_mask must be a bool (bs, num_keys) = {(bs, num_keys)} "
+                f"tensor, found {key_padding_mask.dtype} {tuple(key_padding_mask.shape)}"
+            )
+        expected = (bs, num_queries, self.num_levels)
+        if tuple(reference_points.shape[:-1]) != expected:
+            raise ValueError(
+                f"{_MODULE}: reference_points must be (bs, num_queries, num_levels, 2 or 4) with "
+                f"(bs, num_queries, num_levels) = {expected}, "
+                f"found {tuple(reference_points.shape)}"
+            )
 
     def _sampling_locations(
         self, reference_points: Tensor, offsets: Tensor, spatial_shapes: Tensor
@@ -353,6 +293,6 @@ class MultiScaleDeformableAttention(nn.Module):
         if reference_points.shape[-1] == 4:
             return refs[..., :2] + offsets / self.num_points * refs[..., 2:] * 0.5
         raise ValueError(
-            "MultiScaleDeformableAttention.forward: reference_points' last dim must be "
+            f"{_MODULE}.forward: reference_points' last dim must be "
             f"2 (x, y) or 4 (x, y, w, h), found {reference_points.shape[-1]}"
         )

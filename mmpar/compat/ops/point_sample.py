@@ -221,17 +221,33 @@ def point_sample(
         ``(N, C, P)`` or ``(N, C, Hg, Wg)``. Where ``input`` and ``points`` have different
         float dtypes, both are promoted (``grid_sample`` itself requires equal dtypes), and
         so is the result. Under ONNX export, as mmcv without its custom ops, the sampling
-        is :func:`bilinear_grid_sample` and ``kwargs`` are ignored.
+        is :func:`bilinear_grid_sample` and ``kwargs`` are ignored. A map without rows
+        or columns reads 0 at every point. A NaN point reads NaN, as ``grid_sample``
+        (mmcv's too) gives.
+
+    Raises:
+        TypeError: ``points`` is not floating point.
+        ValueError: shapes or devices that do not fit (batch sizes included).
     """
     _check_points("point_sample", "points", points, (3, 4))
     if not isinstance(input, Tensor) or input.dim() != 4:
         found = tuple(input.shape) if isinstance(input, Tensor) else type(input).__name__
         raise ValueError(f"mmcv.ops.point_sample: input must be (N, C, H, W), got {found}")
+    if points.shape[0] != input.shape[0] or points.device != input.device:
+        raise ValueError(
+            f"mmcv.ops.point_sample: points must have input's batch size {input.shape[0]} and "
+            f"device {input.device}, found {tuple(points.shape)} on {points.device}"
+        )
     squeeze = points.dim() == 3
     grid = denormalize(points[:, :, None, :] if squeeze else points)
     if grid.dtype != input.dtype:
         dtype = torch.promote_types(grid.dtype, input.dtype)
         input, grid = input.to(dtype), grid.to(dtype)
+    if input.shape[2] == 0 or input.shape[3] == 0:
+        # A map without rows or columns reads 0 everywhere (grid_sample refuses it).
+        zeros = input.flatten(2).sum(-1)[:, :, None, None]
+        out = zeros.expand(*input.shape[:2], *grid.shape[1:3])
+        return out[..., 0] if squeeze else out
     if torch.onnx.is_in_onnx_export():
         out = bilinear_grid_sample(input, grid, align_corners=align_corners)
     else:

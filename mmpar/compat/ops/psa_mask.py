@@ -9,7 +9,12 @@ For a feature map of H x W and a mask of h_mask x w_mask (half sizes
 (y + i - hh, x + j - hw). ``collect`` writes it to output channel
 ``(y + i - hh) * W + (x + j - hw)`` at (y, x); ``distribute`` to output
 channel ``y * W + x`` at (y + i - hh, x + j - hw). Pairs that fall outside
-the map are dropped; output entries that no pair reaches are zero.
+the map are dropped; output entries that no pair reaches are zero. A NaN is
+moved as any value is (to the entry its pair reaches, or dropped with it).
+
+An unknown ``psa_type`` and an input whose channels are not ``h_mask * w_mask``
+raise ``ArgumentError`` (mmcv asserts both): a ``ValueError`` and an
+``AssertionError``.
 """
 
 from __future__ import annotations
@@ -19,32 +24,35 @@ from typing import Optional, Union
 import torch
 from torch import Tensor, nn
 
+from mmpar.compat.ops.backend import ArgumentError
+
 __all__ = ["PSAMask", "PSAMaskFunction", "psa_mask"]
 
 _TYPES = {"collect": 0, "distribute": 1}
 
 
 def _pair(mask_size: Union[int, tuple[int, int], list[int], None]) -> tuple[int, int]:
-    if isinstance(mask_size, int) and not isinstance(mask_size, bool):
+    if isinstance(mask_size, int) and not isinstance(mask_size, bool) and mask_size > 0:
         return mask_size, mask_size
     if (
         isinstance(mask_size, (tuple, list))
         and len(mask_size) == 2
-        and all(isinstance(v, int) and v > 0 for v in mask_size)
+        and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in mask_size)
     ):
         return int(mask_size[0]), int(mask_size[1])
     raise ValueError(
-        f"psa_mask: mask_size must be a positive int or (h_mask, w_mask), found {mask_size!r}"
+        f"mmcv.ops.psa_mask: mask_size must be a positive int or (h_mask, w_mask) of them, "
+        f"found {mask_size!r}"
     )
 
 
 def _psa_type_enum(psa_type: Union[int, str]) -> int:
-    if psa_type in _TYPES:
-        return _TYPES[psa_type]  # type: ignore[index]
-    if psa_type in (0, 1) and not isinstance(psa_type, bool):
+    if isinstance(psa_type, str) and psa_type in _TYPES:
+        return _TYPES[psa_type]
+    if isinstance(psa_type, int) and not isinstance(psa_type, bool) and psa_type in (0, 1):
         return int(psa_type)
-    raise ValueError(
-        f"psa_mask: psa_type must be 0 / 'collect' or 1 / 'distribute', found {psa_type!r}"
+    raise ArgumentError(
+        f"mmcv.ops.psa_mask: psa_type must be 0 / 'collect' or 1 / 'distribute', found {psa_type!r}"
     )
 
 
@@ -84,14 +92,17 @@ def psa_mask(
         (y', x'). Pairs farther apart than the mask reaches are zero.
 
     Raises:
-        ValueError: bad psa_type or mask_size, or input not (N, h_mask * w_mask, H, W).
+        ValueError: a bad ``mask_size``.
+        ArgumentError: a bad ``psa_type``, or input not (N, h_mask * w_mask, H, W)
+            (mmcv asserts them; a ValueError too).
     """
     kind = _psa_type_enum(psa_type)
     h_mask, w_mask = _pair(mask_size)
-    if input.dim() != 4 or input.shape[1] != h_mask * w_mask:
-        raise ValueError(
-            f"psa_mask: input must be (N, h_mask * w_mask = {h_mask * w_mask}, H, W) for "
-            f"mask_size {(h_mask, w_mask)}, found shape {tuple(input.shape)}"
+    if not isinstance(input, Tensor) or input.dim() != 4 or input.shape[1] != h_mask * w_mask:
+        found = tuple(input.shape) if isinstance(input, Tensor) else type(input).__name__
+        raise ArgumentError(
+            f"mmcv.ops.psa_mask: input must be (N, h_mask * w_mask = {h_mask * w_mask}, H, W) for "
+            f"mask_size {(h_mask, w_mask)}, found {found}"
         )
     n, _, height, width = input.shape
     rows, rows_outside = _shifts(height, h_mask, input.device)
@@ -132,14 +143,14 @@ class PSAMask(nn.Module):
         mask_size: (h_mask, w_mask) (or one int); required by :meth:`forward`.
 
     Raises:
-        ValueError: psa_type not one of the two.
+        ArgumentError: psa_type not one of the two (mmcv asserts it; a ValueError too).
     """
 
     def __init__(self, psa_type: str, mask_size: Optional[tuple[int, int]] = None) -> None:
         super().__init__()
-        if psa_type not in _TYPES:
-            raise ValueError(
-                f"PSAMask: psa_type must be 'collect' or 'distribute', found {psa_type!r}"
+        if not isinstance(psa_type, str) or psa_type not in _TYPES:
+            raise ArgumentError(
+                f"mmcv.ops.PSAMask: psa_type must be 'collect' or 'distribute', found {psa_type!r}"
             )
         self.psa_type_enum = _TYPES[psa_type]
         self.mask_size = mask_size
@@ -148,7 +159,7 @@ class PSAMask(nn.Module):
     def forward(self, input: Tensor) -> Tensor:
         """(N, h_mask * w_mask, H, W) -> (N, H * W, H, W); see :func:`psa_mask`."""
         if self.mask_size is None:
-            raise ValueError("PSAMask: mask_size is required, found None")
+            raise ValueError("mmcv.ops.PSAMask: mask_size is required, found None")
         return psa_mask(input, self.psa_type_enum, self.mask_size)
 
     def __repr__(self) -> str:

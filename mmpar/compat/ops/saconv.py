@@ -7,7 +7,9 @@ module imports without mmcv. ``use_deform=True`` runs this package's
 ``deform_conv2d``.
 
 As in mmcv, ``bias`` is created (and loaded) but never added: both branches
-convolve without it.
+convolve without it. The 5x5 mean of the switch pads by reflection, so the input
+must be at least 3x3 (mmcv's too: torch's reflection padding refuses less); a
+NaN in it reaches, through the global context, every output of its image.
 """
 
 from __future__ import annotations
@@ -40,6 +42,19 @@ def _conv_aws2d() -> type:
             f"not be imported ({err}); install mmcv 1.x (pip install mmcv==1.7.2)"
         ) from err
     return ConvAWS2d
+
+
+def _check_input(x: Tensor, in_channels: int) -> None:
+    """One-line errors for :meth:`SAConv2d.forward`'s input, rather than torch's."""
+    op = "mmcv.ops.SAConv2d"
+    if not isinstance(x, Tensor) or not x.is_floating_point():
+        found = x.dtype if isinstance(x, Tensor) else type(x).__name__
+        raise TypeError(f"{op}: x must be a floating-point tensor, found {found}")
+    if x.dim() != 4 or x.size(1) != in_channels or min(x.shape[2:]) < 3:
+        raise ValueError(
+            f"{op}: x must be (N, in_channels={in_channels}, H, W) with H, W >= 3 (the "
+            f"switch's 5x5 mean pads by reflection), found {tuple(x.shape)}"
+        )
 
 
 def _build_saconv2d() -> type:
@@ -130,7 +145,13 @@ def _build_saconv2d() -> type:
                 nn.init.zeros_(conv.bias)
 
         def forward(self, x: Tensor) -> Tensor:
-            """(N, in_channels, H, W) -> (N, out_channels, H', W'), H', W' as the conv's."""
+            """(N, in_channels, H, W) -> (N, out_channels, H', W'), H', W' as the conv's.
+
+            Raises:
+                TypeError: ``x`` is not floating point.
+                ValueError: ``x`` is not (N, in_channels, H, W) with H, W >= 3.
+            """
+            _check_input(x, self.in_channels)
             x = x + self.pre_context(F.adaptive_avg_pool2d(x, output_size=1))
             local_mean = F.avg_pool2d(F.pad(x, (2, 2, 2, 2), mode="reflect"), 5, stride=1)
             switch = self.switch(local_mean)

@@ -30,9 +30,11 @@ API:
 ``box_overlap(a, b, mode="iou", offset=0) -> float``
     IoU / IoF of two boxes as mmcv's kernels define it (bbox_overlaps, nms).
 
-``conv_out_size``, ``deform_conv_inputs``, ``deform_conv_reference``
-    DCNv1 and DCNv2 (modulated): the output size, random inputs, and the
-    definition as a loop over output pixels.
+``conv_out_size``, ``deform_conv_inputs``, ``deform_conv_reference``,
+``deform_conv_grad_reference``
+    DCNv1 and DCNv2 (modulated): the output size, random inputs, the
+    definition as a loop over output pixels, and mmcv-full's offset and mask
+    gradients (none at or beyond the border).
 
 ``MMCV_ROI_CASES``, ``GRADCHECK_ROIS``, ``roi_inputs``, ``assert_mmcv_roi_numbers``
     Inputs shared by the roi_align and roi_pool tests, and the check of mmcv's
@@ -53,6 +55,7 @@ API:
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Callable, List, Optional, Sequence, Tuple, Union
 
@@ -348,6 +351,79 @@ def deform_conv_reference(
                                 acc = acc + coeff * bilinear_zero_padded(inp[n, c], sy, sx)
                     out[n, o, y, x] = acc
     return out
+
+
+def deform_conv_grad_reference(
+    inp: torch.Tensor,
+    offset: torch.Tensor,
+    weight: torch.Tensor,
+    grad_out: torch.Tensor,
+    stride: int,
+    padding: int,
+    dilation: int,
+    groups: int,
+    deform_groups: int,
+    *,
+    mask: Optional[torch.Tensor] = None,
+) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """DCN's offset and mask gradients by mmcv-full's rule, one sample at a time.
+
+    A sample at ``(py, px)`` outside the open box ``(-1, H) x (-1, W)`` (on its border
+    included) gets no gradient. Inside, with ``(y0, x0) = floor(py, px)``,
+    ``(ly, lx) = (py - y0, px - x0)`` and ``v[a][b]`` the input at ``(y0 + a, x0 + b)``
+    (0 off the map), the read ``sum v[a][b] * (a ? ly : 1 - ly) * (b ? lx : 1 - lx)``
+    has the derivatives ``(1 - lx) (v10 - v00) + lx (v11 - v01)`` in ``py`` and
+    ``(1 - ly) (v01 - v00) + ly (v11 - v10)`` in ``px``; its mask gradient is the read.
+    Each is weighted by ``grad_out * weight`` (and the mask, for the offsets).
+
+    Args:
+        inp: ``(N, C, H, W)``.
+        offset: ``(N, deform_groups * 2 * kh * kw, out_h, out_w)``.
+        weight: ``(out_channels, C // groups, kh, kw)``.
+        grad_out: ``(N, out_channels, out_h, out_w)``, the output's gradient.
+        stride: Of both axes; likewise ``padding`` and ``dilation``.
+        padding: See ``stride``.
+        dilation: See ``stride``.
+        groups: Convolution groups.
+        deform_groups: Groups of input channels that share offsets (and mask).
+        mask: DCNv2's modulation; None for DCNv1.
+
+    Returns:
+        ``(grad_offset, grad_mask)``, ``grad_mask`` None for DCNv1; float64.
+    """
+    n_img, channels, height, width = inp.shape
+    out_ch, ch_per_group, kh, kw = weight.shape
+    _, _, out_h, out_w = grad_out.shape
+    grad_offset = torch.zeros(offset.shape, dtype=torch.float64)
+    grad_mask = None if mask is None else torch.zeros(mask.shape, dtype=torch.float64)
+    ch_per_deform = channels // deform_groups
+    out_per_group = out_ch // groups
+
+    def value(n: int, c: int, row: int, col: int) -> float:
+        inside = 0 <= row < height and 0 <= col < width
+        return float(inp[n, c, row, col]) if inside else 0.0
+
+    for n, o, y, x in itertools.product(range(n_img), range(out_ch), range(out_h), range(out_w)):
+        for cl, i, j in itertools.product(range(ch_per_group), range(kh), range(kw)):
+            c = (o // out_per_group) * ch_per_group + cl
+            g, k = c // ch_per_deform, i * kw + j
+            oc = g * 2 * kh * kw + 2 * k
+            py = y * stride - padding + i * dilation + float(offset[n, oc, y, x])
+            px = x * stride - padding + j * dilation + float(offset[n, oc + 1, y, x])
+            if not (-1 < py < height and -1 < px < width):
+                continue
+            y0, x0 = math.floor(py), math.floor(px)
+            ly, lx = py - y0, px - x0
+            v00, v01 = value(n, c, y0, x0), value(n, c, y0, x0 + 1)
+            v10, v11 = value(n, c, y0 + 1, x0), value(n, c, y0 + 1, x0 + 1)
+            coeff = float(grad_out[n, o, y, x]) * float(weight[o, cl, i, j])
+            if mask is not None:
+                read = (1 - ly) * ((1 - lx) * v00 + lx * v01) + ly * ((1 - lx) * v10 + lx * v11)
+                grad_mask[n, g * kh * kw + k, y, x] += coeff * read  # type: ignore[index]
+                coeff *= float(mask[n, g * kh * kw + k, y, x])
+            grad_offset[n, oc, y, x] += coeff * ((1 - lx) * (v10 - v00) + lx * (v11 - v01))
+            grad_offset[n, oc + 1, y, x] += coeff * ((1 - ly) * (v01 - v00) + ly * (v11 - v10))
+    return grad_offset, grad_mask
 
 
 # ---------------------------------------------------------------- roi_align and roi_pool

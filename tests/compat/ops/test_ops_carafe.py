@@ -159,10 +159,55 @@ def test_bad_arguments():
         carafe(features, masks, 3, 2, 0)
     with pytest.raises(TypeError, match="scale_factor must be an int"):
         carafe(features, masks, 3, 2, 1.5)
-    with pytest.raises(TypeError, match="features must be a 4-D floating-point"):
+    with pytest.raises(TypeError, match="features must be a floating-point tensor"):
         carafe(features.long(), masks, 3, 2, 2)
     with pytest.raises(TypeError, match="group_size must be an int"):
         CARAFE(3, 2.0, 2)
+    # mmcv asserts these: the errors are AssertionErrors too.
+    with pytest.raises(AssertionError, match="scale_factor must be >= 1"):
+        carafe(features, masks, 3, 2, 0)
+    with pytest.raises(AssertionError, match="masks must be"):
+        carafe(features, masks[:, :9], 3, 2, 2)
+    with pytest.raises(AssertionError, match=r"masks must be .* = \(1, 18, 6, 6\)"):
+        carafe(features, torch.cat([masks, masks]), 3, 2, 2)  # another batch size
+    with pytest.raises(AssertionError, match="divisible by group_size"):
+        carafe(features, torch.zeros(1, 27, 6, 6, dtype=torch.float64), 3, 3, 2)
+    with pytest.raises(ValueError, match="group_size must be >= 1"):
+        carafe(features, masks, 3, 0, 2)
+    with pytest.raises(ValueError, match=r"features must be 4-D \(N, C, H, W\)"):
+        carafe(features[0], masks, 3, 2, 2)
+
+
+def test_nan_features_reach_the_windows_that_read_them():
+    features, masks = _inputs(1, 1, 3, 3, 3, 1, 1)
+    features[0, 0, 0, 0] = float("nan")
+    out = carafe(features, masks, 3, 1, 1)
+    assert out[0, 0, :2, :2].isnan().all()
+    assert not out[0, 0, 2].isnan().any() and not out[0, 0, :, 2].isnan().any()
+
+
+def test_empty_batch_backward():
+    features, masks = _inputs(0, 2, 3, 3, 3, 1, 2)
+    features.requires_grad_(), masks.requires_grad_()
+    carafe(features, masks, 3, 1, 2).sum().backward()
+    assert features.grad.shape == features.shape and masks.grad.shape == masks.shape
+    pack = CARAFEPack(2, 2, up_kernel=3, compressed_channels=4)
+    x = torch.zeros(0, 2, 3, 3, requires_grad=True)
+    pack(x).sum().backward()
+    assert x.grad.shape == x.shape
+
+
+def test_pack_bad_arguments():
+    with pytest.raises(AssertionError, match="up_kernel must be odd"):
+        CARAFEPack(4, 2, up_kernel=4)
+    with pytest.raises(AssertionError, match="channels .3. must be divisible by up_group .2."):
+        CARAFEPack(3, 2, up_group=2)
+    with pytest.raises(ValueError, match="scale_factor must be >= 1"):
+        CARAFEPack(4, 0)
+    with pytest.raises(TypeError, match="compressed_channels must be an int"):
+        CARAFEPack(4, 2, compressed_channels=None)
+    with pytest.raises(ValueError, match=r"x must be \(N, channels=4, H, W\)"):
+        CARAFEPack(4, 2, compressed_channels=4)(torch.zeros(1, 3, 2, 2))
 
 
 # ------------------------------------------------------------------------------ CARAFEPack

@@ -99,3 +99,30 @@ def test_neg_inf_diag():
 def test_bad_input_raises():
     with pytest.raises(ValueError, match=r"\(B, C, H, W\)"):
         CrissCrossAttention(16)(torch.randn(16, 3, 3))
+    with pytest.raises(ValueError, match=r"C = in_channels = 16, found shape \(1, 8, 3, 3\)"):
+        CrissCrossAttention(16)(torch.randn(1, 8, 3, 3))
+    with pytest.raises(TypeError, match="x must be a floating-point tensor"):
+        CrissCrossAttention(16)(torch.zeros(1, 16, 3, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match="in_channels must be an int >= 1"):
+        CrissCrossAttention(0)
+
+
+@pytest.mark.parametrize("shape", [(0, 16, 3, 4), (1, 16, 0, 4), (1, 16, 3, 0)])
+def test_empty_forward_and_backward(shape):
+    x = torch.zeros(shape, requires_grad=True)
+    out = CrissCrossAttention(16)(x)
+    assert out.shape == shape
+    out.sum().backward()
+    assert x.grad.shape == shape
+
+
+def test_nan_reaches_its_row_and_column():
+    module = CrissCrossAttention(16)
+    with torch.no_grad():
+        module.gamma.scale.fill_(1.0)
+    x = torch.randn(1, 16, 3, 4)
+    x[0, 0, 1, 2] = float("nan")
+    reached = module(x)[0, 0].isnan()
+    expected = torch.zeros(3, 4, dtype=torch.bool)
+    expected[1, :] = expected[:, 2] = True
+    assert torch.equal(reached, expected)

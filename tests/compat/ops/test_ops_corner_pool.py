@@ -89,16 +89,22 @@ def test_examples():
 def test_empty_and_attributes():
     for shape in [(0, 2, 3, 3), (1, 2, 0, 3), (1, 2, 3, 0)]:
         for mode in MODES:
-            assert CornerPool(mode)(torch.zeros(shape)).shape == shape
+            x = torch.zeros(shape, requires_grad=True)
+            out = CornerPool(mode)(x)
+            assert out.shape == shape
+            out.sum().backward()
+            assert x.grad.shape == shape
     pool = CornerPool("top")
     assert pool.mode == "top" and pool.cummax_dim_flip["top"] == (2, True)
 
 
 def test_bad_mode_and_input():
     with pytest.raises(
-        ValueError, match=r"mode must be one of \['bottom', 'left', 'right', 'top'\], got 'up'"
+        ValueError, match=r"mode must be one of \['bottom', 'left', 'right', 'top'\], found 'up'"
     ):
         CornerPool("up")
+    with pytest.raises(AssertionError, match="mode must be one of"):  # as mmcv's assert
+        CornerPool(["top"])
     with pytest.raises(ValueError, match=r"x must be \(N, C, H, W\)"):
         CornerPool("top")(torch.zeros(2, 3, 4))
 
@@ -134,3 +140,10 @@ def test_mmcv_examples_on_integer_maps():
         out = CornerPool(mode)(x)
         assert out.dtype == torch.long
         assert torch.equal(out, torch.tensor([[answer]]))
+
+
+def test_nan_runs_on_to_the_border_as_mmcvs_cummax():
+    x = torch.tensor([[[[1.0, float("nan"), 0.0, 2.0]]]])
+    assert torch.equal(CornerPool("right")(x).isnan(), torch.tensor([[[[0, 1, 1, 1]]]]).bool())
+    assert torch.equal(CornerPool("left")(x)[..., 2:], torch.tensor([[[[2.0, 2.0]]]]))
+    assert CornerPool("left")(x)[..., :2].isnan().all()

@@ -15,6 +15,7 @@ from mmpar.compat.ops.deform_conv import DeformConv2d, DeformConv2dPack, deform_
 from tests.compat.ops._reference import (
     DEVICES,
     HALF_DTYPES,
+    deform_conv_grad_reference,
     deform_conv_inputs,
     deform_conv_reference,
 )
@@ -139,8 +140,18 @@ def test_keyword_and_positional_signature():
 
 def test_bad_arguments():
     inp, offset, weight = deform_conv_inputs(CASES[0])
-    with pytest.raises(ValueError, match="bias"):
+    with pytest.raises(AssertionError, match="bias must be False"):
         deform_conv2d(inp, offset, weight, 1, 1, bias=True)
+    with pytest.raises(ValueError, match="bias must be False"):
+        deform_conv2d(inp, offset, weight, 1, 1, bias=None)
+    with pytest.raises(ValueError, match=r"offset must have shape \(2, 18, 5, 6\)"):
+        deform_conv2d(inp, offset[:1], weight, 1, 1)  # another batch size
+    with pytest.raises(ValueError, match="groups must be an int >= 1"):
+        deform_conv2d(inp, offset, weight, 1, 1, 1, 0)
+    with pytest.raises(ValueError, match="dilation must be an int >= 1"):
+        deform_conv2d(inp, offset, weight, 1, 1, 0)
+    with pytest.raises(ValueError, match="weight must be 4D"):
+        deform_conv2d(inp, offset, weight[..., :0], 1, 1)
     with pytest.raises(ValueError, match="offset"):
         deform_conv2d(inp, offset[:, :-2], weight, 1, 1)
     with pytest.raises(ValueError, match="offset"):
@@ -180,10 +191,19 @@ def test_module_attributes_init_and_repr():
 
 
 def test_module_rejects_bias_and_bad_groups():
-    with pytest.raises(ValueError, match="bias"):
+    # mmcv asserts these: the error is an AssertionError too.
+    with pytest.raises(AssertionError, match="bias must be False"):
         DeformConv2d(2, 2, 3, bias=True)
-    with pytest.raises(ValueError, match="groups"):
+    with pytest.raises(AssertionError, match="divisible by groups"):
         DeformConv2d(3, 2, 3, groups=2)
+    with pytest.raises(ValueError, match="divisible by groups"):
+        DeformConv2d(3, 4, 3, groups=3)
+    with pytest.raises(ValueError, match="divisible by deform_groups"):
+        DeformConv2d(3, 3, 3, deform_groups=2)
+    with pytest.raises(ValueError, match="dilation must be an int >= 1"):
+        DeformConv2dPack(2, 2, 3, dilation=0)
+    with pytest.raises(ValueError, match="padding must be an int >= 0"):
+        DeformConv2dPack(2, 2, 3, padding=-1)
 
 
 def test_deprecated_deformable_groups():
@@ -308,3 +328,67 @@ def test_pack_gradcheck_through_offsets():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert torch.autograd.gradcheck(layer, (x,), fast_mode=True)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", [CASES[0], CASES[1]])
+@pytest.mark.parametrize("step", [1.0, 0.5, None])
+def test_offset_gradient_follows_mmcvs_border_rule(case, step, device):
+    """Samples exactly on the border (-1 or H) get no offset gradient, as in mmcv-full."""
+    inp, offset, weight = deform_conv_inputs(case, size=(3, 4), scale=1.5)
+    if step is not None:
+        offset = (offset / step).round() * step
+    grad_out = torch.randn(inp.size(0), weight.size(0), *offset.shape[2:], dtype=torch.float64)
+    grad = offset.clone().to(device).requires_grad_()
+    deform_conv2d(inp.to(device), grad, weight.to(device), *case[3:]).backward(grad_out.to(device))
+    expected, _ = deform_conv_grad_reference(inp, offset, weight, grad_out, *case[3:])
+    torch.testing.assert_close(grad.grad.cpu(), expected, rtol=1e-10, atol=1e-10)
+
+
+def test_pack_offset_gradient_from_the_border_is_mmcvs():
+    layer = DeformConv2dPack(1, 1, 2, padding=1).double()
+    with torch.no_grad():
+        layer.weight.fill_(1.0)
+    x = torch.tensor([[[[1.0, 2.0, 3.0], [4.0, 0.0, 1.0], [2.0, 2.0, 5.0]]]], dtype=torch.float64)
+    out = layer(x)
+    out.sum().backward()
+    expected, _ = deform_conv_grad_reference(
+        x, torch.zeros(1, 8, 4, 4, dtype=torch.float64), layer.weight.detach(),
+        torch.ones_like(out), 1, 1, 1, 1, 1,
+    )  # fmt: skip
+    patches = F.pad(x, (1, 1, 1, 1)).unfold(2, 2, 1).unfold(3, 2, 1)
+    torch.testing.assert_close(
+        layer.conv_offset.weight.grad, torch.einsum("nkyx,ncyxij->kcij", expected, patches)
+    )
+
+
+def test_nan_and_inf_offsets_read_zero_as_mmcv():
+    # torchvision's kernel alone crashes on a NaN offset; mmcv-full's reads 0 there.
+    inp, offset, weight = deform_conv_inputs(CASES[0])
+    bad, far = offset.clone(), offset.clone()
+    bad[0, 2, 1, 1], bad[1, 17, 4, 5] = float("nan"), float("inf")
+    far[0, 2, 1, 1], far[1, 17, 4, 5] = -50.0, 50.0
+    bad.requires_grad_()
+    out = deform_conv2d(inp, bad, weight, 1, 1)
+    torch.testing.assert_close(out, deform_conv2d(inp, far, weight, 1, 1))
+    out.sum().backward()
+    assert torch.isfinite(bad.grad).all() and not bad.grad[0, 2:4, 1, 1].any()
+
+
+def test_empty_batch_backward():
+    inp, offset, weight = deform_conv_inputs(CASES[1], n_img=0)
+    tensors = [t.requires_grad_() for t in (inp, offset, weight)]
+    deform_conv2d(*tensors, 2, 1, 1, 2, 2).sum().backward()
+    assert all(t.grad is not None and t.grad.shape == t.shape for t in tensors)
+    layer = DeformConv2dPack(2, 3, 3, padding=1)
+    x = torch.zeros(0, 2, 4, 4, requires_grad=True)
+    layer(x).sum().backward()
+    assert x.grad.shape == x.shape
+
+
+def test_pack_checks_its_input():
+    layer = DeformConv2dPack(2, 3, 3)
+    with pytest.raises(ValueError, match=r"x must be \(N, in_channels=2, H, W\)"):
+        layer(torch.zeros(1, 4, 5, 5))
+    with pytest.raises(ValueError, match="x is too small"):
+        layer(torch.zeros(1, 2, 5, 2))

@@ -273,12 +273,58 @@ def test_bad_inputs(fn):
         fn(x, target, 2.0, 0.25, None, "avg")
 
 
-def test_targets_that_index_out_of_the_weights():
+@pytest.mark.parametrize("device", DEVICES)
+def test_targets_that_index_out_of_bounds_give_nan_rows(device):
+    # mmcv's kernels read past the end there; mmpar answers NaN, computed on the device.
+    x = _inputs(n=4, c=3, device=device).requires_grad_()
+    weight = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64, device=device)
+    target = torch.tensor([0, 3, -1, 2], device=device)
+    loss = sigmoid_focal_loss(x, target, 2.0, 0.25, weight, "none")
+    assert loss[1:3].isnan().all() and not loss[[0, 3]].isnan().any()
+    plain = sigmoid_focal_loss(x, target, 2.0, 0.25, None, "none")  # no weight: rows negative
+    assert not plain.isnan().any()
+    soft = softmax_focal_loss(x, target, 2.0, 0.25, None, "none")
+    assert soft[1].isnan() and soft[2] == 0 and not soft[[0, 3]].isnan().any()
+    soft.nansum().backward()
+    assert torch.isfinite(x.grad).all() and not x.grad[1:3].any()
+
+
+@pytest.mark.parametrize("fn", [sigmoid_focal_loss, softmax_focal_loss])
+def test_bool_target_and_parameter_ranges(fn):
     x = torch.zeros(2, 3)
-    with pytest.raises(ValueError, match="target must be below num_classes = 3 when weight"):
-        sigmoid_focal_loss(x, torch.tensor([0, 3]), 2.0, 0.25, torch.ones(3))
-    with pytest.raises(ValueError, match="target must be below num_classes = 3"):
-        softmax_focal_loss(x, torch.tensor([0, 3]))
+    with pytest.raises(TypeError, match="target must be an integer .* found torch.bool"):
+        fn(x, torch.tensor([True, False]))
+    for gamma in (-0.5, math.inf, math.nan, "2"):
+        with pytest.raises(ValueError, match="gamma must be a finite number >= 0"):
+            fn(x, torch.tensor([0, 1]), gamma)
+    for alpha in (-0.1, 1.5, math.nan, None):
+        with pytest.raises(ValueError, match=r"alpha must be a number in \[0, 1\]"):
+            fn(x, torch.tensor([0, 1]), 2.0, alpha)
+    with pytest.raises(TypeError, match="weight must be a floating-point"):
+        fn(x, torch.tensor([0, 1]), 2.0, 0.25, torch.ones(3, dtype=torch.long))
+    # mmcv asserts the shapes and the reduction: the error is an AssertionError too
+    with pytest.raises(AssertionError, match="reduction must be one of"):
+        fn(x, torch.tensor([0, 1]), 2.0, 0.25, None, "avg")
+    with pytest.raises(AssertionError, match=r"target must be \(N,\)"):
+        fn(x, torch.tensor([0]))
+
+
+def test_softmax_needs_a_class_and_empty_backward():
+    with pytest.raises(ValueError, match="at least one class"):
+        softmax_focal_loss(torch.zeros(2, 0), torch.tensor([0, 1]))
+    for fn in (sigmoid_focal_loss, softmax_focal_loss):
+        x = torch.zeros(0, 3, requires_grad=True)
+        fn(x, torch.zeros(0, dtype=torch.long), 2.0, 0.25, torch.ones(3), "sum").backward()
+        assert x.grad.shape == (0, 3)
+
+
+def test_module_parameter_ranges():
+    with pytest.raises(ValueError, match="SigmoidFocalLoss: gamma must be"):
+        SigmoidFocalLoss(-1.0, 0.25)
+    with pytest.raises(ValueError, match="SoftmaxFocalLoss: alpha must be"):
+        SoftmaxFocalLoss(2.0, 2.0)
+    with pytest.raises(ValueError, match="SoftmaxFocalLoss: reduction must be one of"):
+        SoftmaxFocalLoss(2.0, 0.25, reduction="avg")
 
 
 def test_modules():

@@ -128,13 +128,22 @@ def test_cells_without_convs(device):
 
 
 def test_bad_arguments():
-    with pytest.raises(ValueError, match="upsample_mode must be one of"):
+    # What mmcv asserts is an AssertionError too.
+    with pytest.raises(AssertionError, match="upsample_mode must be one of"):
         SumCell(2, 2, with_out_conv=False, upsample_mode="bicubic")
     cell = SumCell(2, 2, with_out_conv=False)
-    with pytest.raises(ValueError, match=r"x1 and x2 must share \(N, C\)"):
+    with pytest.raises(AssertionError, match=r"x1 and x2 must share \(N, C\)"):
         cell(torch.zeros(1, 2, 3, 3), torch.zeros(1, 3, 3, 3))
-    with pytest.raises(ValueError, match=r"out_size must be \(H, W\)"):
+    with pytest.raises(AssertionError, match=r"x1 and x2 must share \(N, C\)"):
+        cell(torch.zeros(2, 2, 3, 3), torch.zeros(1, 2, 3, 3))  # batch sizes
+    with pytest.raises(AssertionError, match=r"out_size must be \(H, W\)"):
         cell(torch.zeros(1, 2, 3, 3), torch.zeros(1, 2, 3, 3), (3, 3, 3))
+    with pytest.raises(ValueError, match="out_size must be an int >= 1"):
+        cell(torch.zeros(1, 2, 3, 3), torch.zeros(1, 2, 3, 3), (0, 3))
+    with pytest.raises(TypeError, match="out_size must be an int"):
+        cell(torch.zeros(1, 2, 3, 3), torch.zeros(1, 2, 3, 3), (2.5, 3))
+    with pytest.raises(ValueError, match=r"x2 must be \(N, C, H, W\) with H, W >= 1"):
+        cell(torch.zeros(1, 2, 3, 3), torch.zeros(1, 2, 0, 3))
     with pytest.raises(NotImplementedError):
         BaseMergeCell(with_out_conv=False)(torch.zeros(1, 2, 3, 3), torch.zeros(1, 2, 3, 3))
 
@@ -214,3 +223,31 @@ def test_nas_fpn_style_cells_train():
     out.square().sum().backward()
     assert x1.grad is not None and x2.grad is not None
     assert cell.out_conv.conv.weight.grad is not None
+
+
+def test_empty_batch_forward_and_backward():
+    cell = GlobalPoolingCell(with_out_conv=False)
+    x1 = torch.zeros(0, 2, 4, 4, requires_grad=True)
+    x2 = torch.zeros(0, 2, 2, 3, requires_grad=True)
+    out = cell(x1, x2, (3, 3))
+    assert out.shape == (0, 2, 3, 3)
+    out.sum().backward()
+    assert x1.grad.shape == x1.shape and x2.grad.shape == x2.shape
+
+
+def test_channels_the_convs_cannot_take_name_the_input():
+    pytest.importorskip("mmcv.cnn")
+    cell = SumCell(4, 4, with_input1_conv=True)
+    with pytest.raises(ValueError, match="x1 must have 4 channels .*found 2"):
+        cell(torch.zeros(1, 2, 3, 3), torch.zeros(1, 2, 3, 3))
+    cell = SumCell(4, 4)
+    with pytest.raises(ValueError, match="the merged map must have 4 channels"):
+        cell(torch.zeros(1, 2, 3, 3), torch.zeros(1, 2, 3, 3))
+
+
+def test_nan_goes_through_the_resize_as_mmcv():
+    cell = SumCell(1, 1, with_out_conv=False)
+    big = torch.zeros(1, 1, 4, 4)
+    big[0, 0, 0, 0] = float("nan")
+    out = cell(big, torch.zeros(1, 1, 2, 2), (2, 2))  # max-pooled: the NaN is kept
+    assert out[0, 0, 0, 0].isnan() and not out[0, 0, 1].isnan().any()

@@ -18,6 +18,7 @@ from mmpar.compat.ops.modulated_deform_conv import (
 from tests.compat.ops._reference import (
     DEVICES,
     HALF_DTYPES,
+    deform_conv_grad_reference,
     deform_conv_inputs,
     deform_conv_reference,
 )
@@ -239,3 +240,157 @@ def test_a_smaller_offset_map_is_refused_naming_the_shapes():
     inp, offset, mask, weight, bias = deform_conv_inputs(case, modulated=True, size=(6, 8))
     with pytest.raises(ValueError, match=r"offset must have shape \(2, 18, 6, 8\).*found"):
         modulated_deform_conv2d(inp, offset[:, :, :3, :4], mask, weight, bias, 1, 1, 1, 1, 1)
+
+
+# (channels, out_channels, kernel, stride, padding, dilation, groups, deform_groups)
+BORDER_CASES = [(2, 3, 3, 1, 1, 1, 1, 1), (4, 2, 2, 2, 1, 1, 2, 2)]
+
+
+def _grads(inp, offset, mask, weight, bias, case, grad_out, conv=modulated_deform_conv2d):
+    offset, mask = offset.clone().requires_grad_(), mask.clone().requires_grad_()
+    out = conv(inp, offset, mask, weight, bias, *case[3:])
+    out.backward(grad_out)
+    return offset.grad, mask.grad
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", BORDER_CASES)
+@pytest.mark.parametrize("step", [1.0, 0.5, None])
+def test_offset_and_mask_gradients_follow_mmcvs_border_rule(case, step, device):
+    """Offsets on a grid of ``step`` put many samples exactly on the border (-1 or H):
+    mmcv-full gives those no gradient, where torchvision's kernel alone does."""
+    tensors = deform_conv_inputs(case, modulated=True, size=(3, 4), scale=1.5)
+    inp, offset, mask, weight, bias = tensors
+    if step is not None:
+        offset = (offset / step).round() * step
+    grad_out = torch.randn(
+        inp.size(0), weight.size(0), offset.size(2), offset.size(3), dtype=torch.float64
+    )
+    on_device = [t.to(device) for t in (inp, offset, mask, weight, bias, grad_out)]
+    grad_offset, grad_mask = _grads(*on_device[:5], case, on_device[5])
+    expected_offset, expected_mask = deform_conv_grad_reference(
+        inp, offset, weight, grad_out, *case[3:], mask=mask
+    )
+    torch.testing.assert_close(grad_offset.cpu(), expected_offset, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(grad_mask.cpu(), expected_mask, rtol=1e-10, atol=1e-10)
+    if step == 1.0:
+        # The case reaches the border: torchvision's kernel alone gives another gradient.
+        torchvision_ops = pytest.importorskip("torchvision.ops")
+
+        def raw(i, o, m, w, b, *geometry):
+            return torchvision_ops.deform_conv2d(i, o, w, b, geometry[0], geometry[1],
+                                                 geometry[2], m)  # fmt: skip
+
+        raw_offset, _ = _grads(inp, offset, mask, weight, bias, case, grad_out, conv=raw)
+        assert not torch.allclose(raw_offset, expected_offset)
+
+
+def test_pack_offset_gradient_from_zero_offsets_is_mmcvs():
+    """A Pack starts at zero offsets: with padding 1 its border samples sit at -1 and H."""
+    layer = ModulatedDeformConv2dPack(1, 1, 2, padding=1, bias=False).double()
+    with torch.no_grad():
+        layer.weight.fill_(1.0)
+    x = torch.tensor([[[[1.0, 2.0, 3.0]] * 3]], dtype=torch.float64)
+    out = layer(x)
+    out.sum().backward()
+    offset = torch.zeros(1, 8, 4, 4, dtype=torch.float64)
+    mask = torch.full((1, 4, 4, 4), 0.5, dtype=torch.float64)
+    grad_offset, grad_mask = deform_conv_grad_reference(
+        x, offset, layer.weight.detach(), torch.ones_like(out), 1, 1, 1, 1, 1, mask=mask
+    )
+    # conv_offset's output channels: o1 (dy, dx of points 0, 1), o2 (points 2, 3), mask logits.
+    grad_logits = torch.cat([grad_offset, grad_mask * 0.25], dim=1)  # sigmoid' (0) = 1/4
+    padded = F.pad(x, (1, 1, 1, 1))
+    expected = torch.einsum("nkyx,ncyxij->kcij", grad_logits,
+                            padded.unfold(2, 2, 1).unfold(3, 2, 1))  # fmt: skip
+    torch.testing.assert_close(layer.conv_offset.weight.grad, expected)
+    torch.testing.assert_close(layer.conv_offset.bias.grad, grad_logits.sum((0, 2, 3)))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_nan_and_inf_offsets_read_zero_as_mmcv(device):
+    """mmcv-full's bounds test is false for NaN and inf: that sample reads 0, no gradient."""
+    inp, offset, mask, weight, bias = deform_conv_inputs(CASES[0], modulated=True, device=device)
+    bad = offset.clone()
+    bad[0, 0, 1, 2] = float("nan")  # point 0, dy
+    bad[1, 5, 0, 0] = float("inf")  # point 2, dx
+    bad[1, 6, 3, 3] = -float("inf")  # point 3, dy
+    far = offset.clone()
+    far[0, 0, 1, 2], far[1, 5, 0, 0], far[1, 6, 3, 3] = -100.0, 100.0, -100.0
+    bad.requires_grad_()
+    out = modulated_deform_conv2d(inp, bad, mask, weight, bias, 1, 1)
+    torch.testing.assert_close(out, modulated_deform_conv2d(inp, far, mask, weight, bias, 1, 1))
+    out.sum().backward()
+    assert torch.isfinite(bad.grad).all()
+    assert bad.grad[0, :2, 1, 2].eq(0).all() and bad.grad[1, 4:6, 0, 0].eq(0).all()
+
+
+def test_nan_input_or_mask_propagates_as_in_a_convolution():
+    inp, offset, mask, weight, bias = deform_conv_inputs(CASES[0], modulated=True)
+    inp[0, 0, 2, 2] = float("nan")
+    mask[1, 0, 0, 0] = float("nan")
+    out = modulated_deform_conv2d(inp, offset.zero_(), mask, weight, bias, 1, 1)
+    assert out[0, :, 1:4, 1:4].isnan().all() and out[1, :, 0, 0].isnan().all()
+    assert not out[1, :, 2:, 2:].isnan().any()
+
+
+def test_empty_batch_forward_and_backward():
+    inp, offset, mask, weight, bias = deform_conv_inputs(CASES[1], modulated=True, n_img=0)
+    tensors = [t.requires_grad_() for t in (inp, offset, mask, weight, bias)]
+    out = modulated_deform_conv2d(*tensors, 2, 1, 1, 2, 2)
+    assert out.shape == (0, 4, 3, 3)
+    out.sum().backward()
+    assert all(t.grad is not None and t.grad.shape == t.shape for t in tensors)
+    assert not weight.grad.any()
+    layer = ModulatedDeformConv2dPack(4, 4, 3, padding=1, deform_groups=2).double()
+    x = torch.zeros(0, 4, 5, 5, dtype=torch.float64, requires_grad=True)
+    layer(x).sum().backward()
+    assert x.grad.shape == x.shape
+
+
+def test_bad_parameters_and_shapes_name_them():
+    inp, offset, mask, weight, bias = deform_conv_inputs(CASES[0], modulated=True)
+    call = modulated_deform_conv2d
+    with pytest.raises(ValueError, match="stride must be an int >= 1"):
+        call(inp, offset, mask, weight, bias, 0, 1)
+    with pytest.raises(ValueError, match="padding must be an int >= 0"):
+        call(inp, offset, mask, weight, bias, 1, -1)
+    with pytest.raises(ValueError, match="dilation must be an int >= 1"):
+        call(inp, offset, mask, weight, bias, 1, 1, (1, 0))
+    with pytest.raises(ValueError, match="groups must be an int >= 1"):
+        call(inp, offset, mask, weight, bias, 1, 1, 1, 0)
+    with pytest.raises(TypeError, match="groups must be an int"):
+        call(inp, offset, mask, weight, bias, 1, 1, 1, 1.5)
+    with pytest.raises(ValueError, match="deform_groups must be an int >= 1"):
+        call(inp, offset, mask, weight, bias, 1, 1, 1, 1, 0)
+    with pytest.raises(ValueError, match=r"mask must have shape \(2, 9, 5, 6\)"):
+        call(inp, offset, mask[:1], weight, bias, 1, 1)  # another batch size
+    with pytest.raises(ValueError, match=r"offset must have shape \(2, 18, 5, 6\)"):
+        call(inp, offset[:1], mask, weight, bias, 1, 1)
+    with pytest.raises(ValueError, match="weight must be 4D"):
+        call(inp, offset, mask, weight[:, :, :0], bias, 1, 1)
+    with pytest.raises(TypeError, match="input must be floating point"):
+        call(inp.long(), offset, mask, weight, bias, 1, 1)
+    with pytest.raises(TypeError, match="bias must be floating point"):
+        call(inp, offset, mask, weight, bias.long(), 1, 1)
+
+
+def test_module_and_pack_bad_arguments():
+    with pytest.raises(ValueError, match="divisible by groups") as info:
+        ModulatedDeformConv2d(3, 2, 3, groups=2)
+    assert isinstance(info.value, AssertionError)  # mmcv asserts it
+    with pytest.raises(ValueError, match="divisible by deform_groups"):
+        ModulatedDeformConv2d(3, 2, 3, deform_groups=2)
+    with pytest.raises(ValueError, match="kernel_size must be an int >= 1"):
+        ModulatedDeformConv2d(2, 2, 0)
+    with pytest.raises(ValueError, match="stride must be an int >= 1"):
+        ModulatedDeformConv2dPack(2, 2, 3, stride=0)
+    with pytest.raises(TypeError, match="in_channels must be an int"):
+        ModulatedDeformConv2d(2.5, 2, 3)
+    layer = ModulatedDeformConv2dPack(2, 2, 3)
+    with pytest.raises(ValueError, match=r"x must be \(N, in_channels=2, H, W\)"):
+        layer(torch.zeros(1, 3, 5, 5))
+    with pytest.raises(ValueError, match="x is too small"):
+        layer(torch.zeros(1, 2, 2, 5))
+    with pytest.raises(TypeError, match="x must be a floating-point tensor"):
+        layer(torch.zeros(1, 2, 5, 5, dtype=torch.long))

@@ -333,3 +333,102 @@ def test_module_backward_reaches_every_parameter(device):
     assert query.grad is not None
     for name, param in attn.named_parameters():
         assert param.grad is not None, name
+
+
+def test_levels_not_adding_up_is_an_assertion_error_too():
+    # mmcv asserts sum(h * w) == num_keys: the error is an AssertionError too.
+    value, shapes, locations, weights = _inputs()
+    with pytest.raises(AssertionError, match="must add up to value's num_keys"):
+        multi_scale_deformable_attn_pytorch(value[:, 1:], shapes, locations, weights)
+    with pytest.raises(ValueError, match=r"rows of \(h, w\) >= 0"):
+        multi_scale_deformable_attn_pytorch(value, -shapes, locations, weights)
+
+
+def test_function_bad_dtypes_and_batch():
+    value, shapes, locations, weights = _inputs()
+    with pytest.raises(TypeError, match="sampling_locations must be a floating-point"):
+        multi_scale_deformable_attn_pytorch(value, shapes, locations.long(), weights)
+    with pytest.raises(TypeError, match="attention_weights must be a floating-point"):
+        multi_scale_deformable_attn_pytorch(value, shapes, locations, weights.bool())
+    with pytest.raises(ValueError, match="sampling_locations' .bs, num_heads. must be value's"):
+        multi_scale_deformable_attn_pytorch(value, shapes, locations[:1], weights[:1])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_non_finite_locations_read_zero_as_mmcv_kernel(device):
+    value, shapes, locations, weights = _inputs(device=device)
+    bad = locations.clone()
+    bad[0, 1, 0, 2, 1, 0] = float("nan")
+    bad[1, 2, 1, 0, 0, 1] = float("inf")
+    bad[1, 0, 0, 1, 1, 0] = -float("inf")
+    far = locations.clone()
+    far[0, 1, 0, 2, 1, 0], far[1, 2, 1, 0, 0, 1], far[1, 0, 0, 1, 1, 0] = 9.0, 9.0, -9.0
+    bad.requires_grad_()
+    out = multi_scale_deformable_attn_pytorch(value, shapes, bad, weights)
+    torch.testing.assert_close(
+        out, multi_scale_deformable_attn_pytorch(value, shapes, far, weights)
+    )
+    out.sum().backward()
+    assert torch.isfinite(bad.grad).all() and bad.grad[0, 1, 0, 2, 1, 0] == 0
+
+
+def test_empty_forward_and_backward():
+    for kwargs in ({"bs": 0}, {"queries": 0}):
+        value, shapes, locations, weights = _inputs(**kwargs)
+        value.requires_grad_(), locations.requires_grad_(), weights.requires_grad_()
+        multi_scale_deformable_attn_pytorch(value, shapes, locations, weights).sum().backward()
+        assert value.grad.shape == value.shape and locations.grad.shape == locations.shape
+    attn = _module(num_levels=1)
+    query = torch.zeros(0, 2, 8, dtype=torch.float64, requires_grad=True)  # no queries
+    value = torch.rand(4, 2, 8, dtype=torch.float64)
+    out = attn(
+        query,
+        value=value,
+        reference_points=torch.rand(2, 0, 1, 2, dtype=torch.float64),
+        spatial_shapes=torch.tensor([[2, 2]]),
+    )
+    assert out.shape == (0, 2, 8)
+    out.sum().backward()
+    assert query.grad.shape == query.shape
+
+
+def _call(attn, query, value, **kwargs):
+    kwargs.setdefault("reference_points", torch.rand(2, 4, 1, 2, dtype=torch.float64))
+    kwargs.setdefault("spatial_shapes", torch.tensor([[2, 2]]))
+    return attn(query, value=value, **kwargs)
+
+
+def test_module_bad_inputs_name_the_parameter():
+    attn = _module(num_levels=1)
+    query = torch.rand(4, 2, 8, dtype=torch.float64)  # (num_queries, bs, embed_dims)
+    value = torch.rand(4, 2, 8, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"value's batch size must be query's \(2\), found 3"):
+        _call(attn, query, torch.rand(4, 3, 8, dtype=torch.float64))
+    with pytest.raises(ValueError, match="value must be .* with embed_dims=8"):
+        _call(attn, query, value[..., :6])
+    with pytest.raises(ValueError, match="query must be .* with embed_dims=8"):
+        _call(attn, query[0], value)
+    with pytest.raises(TypeError, match="query must be a floating-point"):
+        _call(attn, query.long(), value)
+    with pytest.raises(ValueError, match="identity must have query's shape"):
+        _call(attn, query, value, identity=query[:, :1])
+    with pytest.raises(ValueError, match="query_pos must have query's shape"):
+        _call(attn, query, value, query_pos=query[:1])
+    with pytest.raises(ValueError, match=r"key_padding_mask must be a bool \(bs, num_keys\)"):
+        _call(attn, query, value, key_padding_mask=torch.zeros(2, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"key_padding_mask must be a bool"):
+        _call(attn, query, value, key_padding_mask=torch.zeros(2, 4))
+    with pytest.raises(ValueError, match=r"reference_points must be \(bs, num_queries, num_lev"):
+        _call(attn, query, value, reference_points=torch.rand(3, 4, 1, 2, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"spatial_shapes must be a \(num_levels, 2\) = \(1, 2\)"):
+        _call(attn, query, value, spatial_shapes=torch.tensor([[2, 2], [0, 0]]))
+    with pytest.raises(AssertionError, match="must add up to value's num_keys"):
+        _call(attn, query, value, spatial_shapes=torch.tensor([[2, 3]]))
+
+
+def test_module_sizes_must_be_positive_ints():
+    for name in ("embed_dims", "num_heads", "num_levels", "num_points"):
+        with pytest.raises(ValueError, match=f"{name} must be an int >= 1"):
+            MultiScaleDeformableAttention(**{name: 0})
+    with pytest.raises(TypeError, match="num_points must be an int"):
+        MultiScaleDeformableAttention(num_points=2.0)

@@ -110,6 +110,46 @@ def test_point_sample_gradcheck_and_kwargs():
     torch.testing.assert_close(nearest, expected[..., 0])
 
 
+def test_point_sample_bad_inputs_name_the_parameter():
+    im, points = torch.zeros(2, 3, 4, 4), torch.rand(3, 5, 2)
+    with pytest.raises(
+        ValueError, match="points must have input's batch size 2 .* found .3, 5, 2."
+    ):
+        point_sample(im, points)
+    with pytest.raises(ValueError, match=r"input must be \(N, C, H, W\)"):
+        point_sample(im[0], points[:2])
+    with pytest.raises(ValueError, match="points must have 3 or 4 dims ending in 2"):
+        point_sample(im, points[:2, :, :1])
+    with pytest.raises(TypeError, match="points must be a floating-point tensor"):
+        point_sample(im, points[:2].long())
+
+
+@pytest.mark.parametrize(
+    ("im_shape", "points_shape", "out_shape"),
+    [
+        ((0, 3, 4, 4), (0, 5, 2), (0, 3, 5)),
+        ((2, 3, 4, 4), (2, 0, 2), (2, 3, 0)),
+        ((2, 3, 0, 4), (2, 5, 2), (2, 3, 5)),  # a map without rows reads 0
+        ((2, 3, 4, 0), (2, 2, 3, 2), (2, 3, 2, 3)),
+    ],
+)
+def test_point_sample_empty_forward_and_backward(im_shape, points_shape, out_shape):
+    im = torch.randn(im_shape, requires_grad=True)
+    points = torch.rand(points_shape, requires_grad=True)
+    out = point_sample(im, points)
+    assert out.shape == out_shape
+    assert not out.any() or 0 not in im_shape[2:]
+    out.sum().backward()
+    assert im.grad.shape == im.shape
+
+
+def test_point_sample_nan_point_reads_nan_as_grid_sample():
+    im = torch.ones(1, 2, 3, 3)
+    points = torch.tensor([[[0.5, 0.5], [float("nan"), 0.5]]])
+    out = point_sample(im, points)
+    assert torch.equal(out[..., 0], torch.ones(1, 2)) and out[..., 1].isnan().all()
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", HALF_DTYPES)
 def test_point_sample_half_types(device, dtype):

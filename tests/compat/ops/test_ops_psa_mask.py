@@ -97,11 +97,36 @@ def test_module_attributes_and_repr():
         (lambda: PSAMask("gather", (3, 3)), "psa_type"),
         (lambda: PSAMask("collect")(torch.zeros(1, 9, 2, 2)), "mask_size is required"),
         (lambda: psa_mask(torch.zeros(1, 8, 2, 2), 0, (3, 3)), r"h_mask \* w_mask = 9"),
-        (lambda: psa_mask(torch.zeros(9, 2, 2), 0, (3, 3)), "found shape"),
+        (lambda: psa_mask(torch.zeros(9, 2, 2), 0, (3, 3)), r"found \(9, 2, 2\)"),
         (lambda: psa_mask(torch.zeros(1, 9, 2, 2), 2, (3, 3)), "psa_type"),
         (lambda: psa_mask(torch.zeros(1, 9, 2, 2), 0, (3, 0)), "mask_size"),
+        (lambda: psa_mask(torch.zeros(1, 9, 2, 2), 0, -3), "mask_size must be a positive int"),
+        (lambda: psa_mask(torch.zeros(1, 9, 2, 2), ["collect"], 3), "psa_type"),
     ],
 )
 def test_bad_input_raises(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: PSAMask("gather", (3, 3)),
+        lambda: psa_mask(torch.zeros(1, 9, 2, 2), "gather", 3),
+        lambda: psa_mask(torch.zeros(1, 8, 2, 2), 0, 3),
+    ],
+)
+def test_what_mmcv_asserts_is_an_assertion_error_too(call):
+    with pytest.raises(AssertionError, match="psa_type|h_mask"):
+        call()
+
+
+@pytest.mark.parametrize("shape", [(0, 9, 3, 4), (1, 9, 0, 4), (1, 9, 3, 0)])
+@pytest.mark.parametrize("kind", ["collect", "distribute"])
+def test_empty_forward_and_backward(shape, kind):
+    x = torch.zeros(shape, requires_grad=True)
+    out = psa_mask(x, kind, 3)
+    assert out.shape == (shape[0], shape[2] * shape[3], shape[2], shape[3])
+    out.sum().backward()
+    assert x.grad.shape == shape

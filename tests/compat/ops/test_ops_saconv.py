@@ -238,6 +238,22 @@ def test_bad_config_raises(kwargs, match):
         saconv.SAConv2d(2, 2, **kwargs)
 
 
+@pytest.mark.parametrize("use_deform", [False, pytest.param(True, marks=needs_deform)])
+def test_bad_input_and_empty_batch(use_deform):
+    module = saconv.SAConv2d(4, 4, 3, padding=1, use_deform=use_deform)
+    with pytest.raises(ValueError, match=r"x must be \(N, in_channels=4, H, W\) with H, W >= 3"):
+        module(torch.zeros(1, 3, 5, 5))
+    with pytest.raises(ValueError, match="H, W >= 3 .* found \\(1, 4, 2, 5\\)"):
+        module(torch.zeros(1, 4, 2, 5))
+    with pytest.raises(TypeError, match="x must be a floating-point tensor"):
+        module(torch.zeros(1, 4, 5, 5, dtype=torch.long))
+    x = torch.zeros(0, 4, 5, 5, requires_grad=True)
+    out = module(x)
+    assert out.shape == (0, 4, 5, 5)
+    out.sum().backward()
+    assert x.grad.shape == x.shape
+
+
 def test_unknown_attribute():
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         saconv.Nope  # noqa: B018
