@@ -43,8 +43,8 @@ __all__ = ["SCRIPT_VAR", "main", "patch_spawned_children", "split_local_rank", "
 
 #: SCRIPT's absolute path, for the spawned children that run it again.
 SCRIPT_VAR = "MMPAR_COMPAT_SCRIPT"
-#: This module's name (it runs as ``__main__`` under ``python -m``).
-_MODULE = "mmpar.compat.run"
+#: This module's import name (its ``__name__`` is ``__main__`` under ``python -m``).
+_MODULE = __spec__.name if __spec__ is not None else __name__
 
 _USAGE = (
     "usage: python -m mmpar.compat.run [--ops={auto,mmcv,mmpar}] [--local-rank=N] SCRIPT [ARGS...]"
