@@ -207,7 +207,8 @@ def resolve(
 
 def install(specs: Sequence[str], constraints: Path, target: Optional[Path]) -> None:
     """``pip install --no-deps`` of exact ``specs`` (wheel paths or ``name==version``)."""
-    args = ["install", "-q", "--no-deps", "-c", str(constraints)]
+    # --force-reinstall: a codebase at the same version is reinstalled without its strays.
+    args = ["install", "-q", "--no-deps", "--force-reinstall", "-c", str(constraints)]
     if target is not None:
         args += ["--target", str(target), "--upgrade"]
     _pip(sys.executable, [*args, *specs], "install", env=environ_with(target))

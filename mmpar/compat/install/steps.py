@@ -210,7 +210,9 @@ class Installer:
             constraints = Path(tmp) / "constraints.txt"
             constraints.write_text("".join(f"{n}=={v}\n" for n, v in self.pins))
             specs = [str(wheels[dist]) for dist in pending] + self._resolved(needs, constraints)
-            self.say(f"installing (pip --no-deps): {len(specs)} packages")
+            self.say(
+                f"installing (pip --no-deps): {len(specs)} package{'' if len(specs) == 1 else 's'}"
+            )
             install(specs, constraints, self.target)
         self._verify(start)
         return True
