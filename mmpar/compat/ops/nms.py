@@ -5,7 +5,7 @@
   unstable sort). ``offset=1`` is not supported.
 * :func:`soft_nms` gives the result of mmcv's CPU kernel (``softnms_cpu``): the
   same selection, rescoring, dropping below ``min_score`` and tie order, computed
-  by :mod:`mmpar.compat.ops.soft_suppression` without a pass over all boxes per
+  by :mod:`mmpar.compat.ops.soft_nms_rounds` without a pass over all boxes per
   box taken. It runs on the CPU, as mmcv's does, and returns on the input's device.
 * :func:`batched_nms` is mmcv's: the per-class coordinate offsets, ``split_thr``,
   ``class_agnostic`` and ``max_num`` in ``nms_cfg``, and ``nms_cfg=None``.
@@ -48,7 +48,8 @@ from mmpar.compat.ops.backend import (
     unsupported,
 )
 from mmpar.compat.ops.rotated_nms import nms_quadri, nms_rotated
-from mmpar.compat.ops.soft_suppression import SoftNMSParams, box_areas, pair_iou, soft_nms_keep
+from mmpar.compat.ops.soft_nms_kernel import SoftNMSParams, box_areas, pair_iou
+from mmpar.compat.ops.soft_nms_rounds import soft_nms_keep
 
 __all__ = ["batched_nms", "nms", "nms_match", "nms_quadri", "nms_rotated", "soft_nms"]
 

@@ -1,173 +1,57 @@
-"""Soft-NMS as mmcv 1.7.2's CPU kernel ``softnms_cpu`` computes it, without a loop over boxes.
+"""Soft-NMS: the result of mmcv 1.7.2's CPU kernel, without a pass over the boxes per box taken.
 
 Not an mmcv module: :func:`mmpar.compat.ops.nms.soft_nms` checks mmcv's arguments
-and calls :func:`soft_nms_keep` here.
-
-The kernel keeps the boxes in one array. Step ``i`` takes the box of highest score
-in slots ``i, i + 1, ...`` (the first in slot order among equal scores), swaps it
-into slot ``i``, multiplies the score of every later box by a weight of its IoU
-with the taken box, and drops a box whose score falls below ``min_score`` by moving
-the array's last box into its slot. Replayed literally, that is one pass over the
-boxes per box taken. Here:
+and calls :func:`soft_nms_keep` here. The kernel and its vocabulary (steps, slots,
+weights) are in :mod:`mmpar.compat.ops.soft_nms_kernel`. Here:
 
 1. step 0 is the kernel's: every other box is rescored, and those below
    ``min_score`` dropped, whether or not the first box overlaps them;
 2. afterwards a score changes only through a weight other than 1, from a box that
-   overlaps it enough; those pairs and weights are found once
-   (:func:`~mmpar.compat.ops.box_pairs.overlapping_pairs`);
+   overlaps it enough (IoU above 0, and at least ``iou_threshold`` for ``linear``
+   and ``naive``). Those pairs are found box by box as boxes reach the top of the
+   scores (:class:`~mmpar.compat.ops.box_pairs.RectangleIndex`);
 3. the steps are decided in rounds: a box is taken when its score is above that of
-   every undecided box at most two overlaps away. Its weights then apply to the
-   boxes it overlaps (each receives at most one weight per round, in the kernel's
-   order), dropping those that fall below ``min_score``. Scores only fall, so the
-   boxes come out in the order of their scores when taken. The rounds are bounded
-   by the longest chain of overlapping boxes, not by the box count;
-4. slots matter only among equal scores: where equal scores meet, and for the
-   boxes whose score is NaN (taken last, in slot order), the kernel's swaps and
-   refills are replayed (:class:`SlotReplay`) up to that point.
+   every undecided box at most two overlaps away; no box can then come before it
+   and change its score, and each box it overlaps receives at most one weight per
+   round, in the kernel's order. Its weights apply, dropping the boxes that fall
+   below ``min_score``. Scores only fall, so the boxes come out in the order of
+   their scores when taken. A round looks at the undecided boxes of highest score
+   only (an epoch: fewer where the pairs are many), and the rounds are bounded by
+   the longest chain of overlapping boxes, not by the box count;
+4. slots matter only among equal scores: where equal scores meet at the top, and
+   for the boxes whose score is NaN (taken last, in slot order), the kernel's
+   swaps and refills are replayed (:class:`~mmpar.compat.ops.soft_nms_kernel.SlotReplay`,
+   a Python loop over the boxes taken) up to that point.
 
-:func:`soft_nms_steps`, the kernel step by step, runs where scores can rise
-(``min_score < 0``: a negative score rises when multiplied by a weight below 1),
-where every pair interacts (``naive`` with ``iou_threshold == 0``), or where the
-overlapping pairs are too many to hold.
+:func:`~mmpar.compat.ops.soft_nms_kernel.soft_nms_steps`, the kernel step by step,
+runs where scores can rise (``min_score < 0``: a negative score rises when
+multiplied by a weight below 1) and where every pair interacts (``naive`` with
+``iou_threshold == 0``).
 
-Non-finite values: a NaN score ranks as ``-inf``; an IoU that is NaN (a box with
-a NaN coordinate; two boxes of zero area) counts as 0, weight 1.
+Cost: sparse boxes (few overlaps each) run faster than torchvision's ``nms``;
+dense clusters (hundreds of boxes over one object) cost a round per box taken
+from a cluster, each over the cluster's pairs.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 import torch
 from torch import Tensor
 
 from mmpar.compat.ops.box_pairs import RectangleIndex
+from mmpar.compat.ops.soft_nms_kernel import (
+    SlotReplay,
+    SoftNMSParams,
+    box_areas,
+    pair_iou,
+    ranking,
+    refill_order,
+    soft_nms_steps,
+)
 
-__all__ = [
-    "SlotReplay",
-    "SoftNMSParams",
-    "box_areas",
-    "pair_iou",
-    "soft_nms_keep",
-    "soft_nms_steps",
-]
-
-
-class SoftNMSParams:
-    """soft_nms's scalar parameters, and its weights."""
-
-    def __init__(
-        self, iou_threshold: float, sigma: float, min_score: float, method: str, offset: int
-    ) -> None:
-        self.iou_threshold = float(iou_threshold)
-        self.sigma = float(sigma)
-        self.min_score = float(min_score)
-        self.method = method
-        self.offset = int(offset)
-
-    def weights(self, ovr: Tensor) -> Tensor:
-        """The factor a score is multiplied by, from its IoU ``ovr`` with the taken box.
-
-        A NaN IoU counts as 0 (weight 1).
-        """
-        if self.method == "gaussian":
-            ovr = torch.where(torch.isnan(ovr), torch.zeros_like(ovr), ovr)
-            return torch.exp(-(ovr * ovr) / self.sigma)
-        near = ovr >= self.iou_threshold
-        lowered = torch.zeros_like(ovr) if self.method == "naive" else 1 - ovr
-        return torch.where(near, lowered, torch.ones_like(ovr))
-
-
-def box_areas(boxes: Tensor, offset: int) -> Tensor:
-    """``(N,)`` areas of ``(N, 4)`` boxes whose width is ``x2 - x1 + offset``."""
-    return (boxes[:, 2] - boxes[:, 0] + offset) * (boxes[:, 3] - boxes[:, 1] + offset)
-
-
-def pair_iou(a: Tensor, area_a: Tensor, b: Tensor, area_b: Tensor, offset: int) -> Tensor:
-    """IoU of ``a[k]`` with ``b[k]`` (``(M, 4)``, or one ``(4,)`` box broadcast), as mmcv's kernels.
-
-    ``area_a`` and ``area_b`` are the boxes' :func:`box_areas` with the same ``offset``.
-    """
-    lt = torch.maximum(a[..., :2], b[..., :2])
-    rb = torch.minimum(a[..., 2:], b[..., 2:])
-    wh = (rb - lt + offset).clamp(min=0)
-    inter = wh[..., 0] * wh[..., 1]
-    return inter / (area_a + area_b - inter)
-
-
-def _ranking(scores: Tensor) -> Tensor:
-    """``scores`` with NaN as ``-inf``, the value boxes are ranked by."""
-    return torch.where(torch.isnan(scores), torch.full_like(scores, -float("inf")), scores)
-
-
-def _refill_order(dropped: Tensor) -> Tensor:
-    """Where mmcv's kernel leaves the kept boxes of one step after dropping some.
-
-    The kernel walks the slots forward and overwrites each dropped box with the
-    last live box (dropping that one too if it is also dropped). So the kept boxes
-    among the first ``m`` slots stay, and the holes there are filled, left to
-    right, with the kept boxes beyond slot ``m`` taken from the end.
-
-    Args:
-        dropped: ``(L,)`` bool, per slot.
-
-    Returns:
-        ``(m,)`` long: for each final slot, the slot its box came from.
-    """
-    kept = ~dropped
-    m = int(kept.sum())
-    slot = torch.arange(dropped.numel())
-    order = slot[:m].clone()
-    order[dropped[:m]] = slot[m:][kept[m:]].flip(0)
-    return order
-
-
-def soft_nms_steps(boxes: Tensor, scores: Tensor, params: SoftNMSParams) -> Tuple[Tensor, Tensor]:
-    """mmcv's ``softnms_cpu`` step by step, each step vectorised over the boxes not yet taken.
-
-    Args:
-        boxes: ``(N, 4)`` float32/float64 CPU boxes.
-        scores: ``(N,)`` scores of the same dtype.
-        params: The method and its parameters.
-
-    Returns:
-        ``(K,)`` long indices of the kept boxes in the order taken, and ``(K,)``
-        their scores when taken.
-    """
-    n = boxes.shape[0]
-    scores = scores.clone()
-    areas = box_areas(boxes, params.offset)
-    slots = torch.arange(n)  # slots[p]: the box in the kernel's array slot p
-    live = n
-    i = 0
-    # index_select/index_copy_, not tensor[indices]: advanced indexing costs ~10x more per call.
-    while i < live:
-        best = i + int(torch.argmax(_ranking(scores.index_select(0, slots[i:live]))))
-        slots[i], slots[best] = slots[best].clone(), slots[i].clone()
-        top, rest = slots[i], slots[i + 1 : live]
-        if rest.numel() == 0:
-            break
-        ovr = pair_iou(
-            boxes[top],
-            areas[top],
-            boxes.index_select(0, rest),
-            areas.index_select(0, rest),
-            params.offset,
-        )
-        rescored = scores.index_select(0, rest) * params.weights(ovr)
-        scores.index_copy_(0, rest, rescored)
-        dropped = rescored < params.min_score
-        if bool(dropped.any()):
-            rest = rest.index_select(0, _refill_order(dropped))
-            slots[i + 1 : i + 1 + rest.numel()] = rest
-            live = i + 1 + rest.numel()
-        i += 1
-    inds = slots[:live]
-    return inds, scores.index_select(0, inds)
-
-
-#: The most interacting pairs held (~40 bytes each); beyond, the step-by-step kernel runs.
-_MAX_PAIRS = 1 << 22
+__all__ = ["soft_nms_keep"]
 
 #: How many undecided boxes an epoch of rounds looks at: first, fewest, most.
 _EPOCH, _EPOCH_MIN, _EPOCH_MAX = 256, 32, 8192
@@ -175,84 +59,6 @@ _EPOCH, _EPOCH_MIN, _EPOCH_MAX = 256, 32, 8192
 _EPOCH_PAIRS = 1 << 15
 
 _UNDECIDED, _TAKEN, _DROPPED, _NAN = 0, 1, 2, 3
-
-
-class SlotReplay:
-    """The kernel's array of slots, advanced one taken box at a time.
-
-    Plain Python, run only as far as slots decide something: the order among
-    equal scores, and the order of the boxes whose score is NaN.
-
-    Args:
-        slots: The boxes in slot order after step 0 (slot 0 holds the first box).
-        n: The number of boxes.
-    """
-
-    def __init__(self, slots: Tensor, n: int) -> None:
-        self.slots: List[int] = slots.tolist()
-        pos = torch.zeros(n, dtype=torch.long)
-        pos[slots] = torch.arange(slots.numel())
-        self.pos: List[int] = pos.tolist()
-        self.front = 1
-        self.end = len(self.slots)
-        #: taken box -> the boxes dropped at its step
-        self.drops: Dict[int, List[int]] = {}
-
-    def add_drops(self, by: Tensor, dropped: Tensor) -> None:
-        """Records that each ``dropped[k]`` was dropped at the step that took ``by[k]``."""
-        for taker, box in zip(by.tolist(), dropped.tolist()):
-            self.drops.setdefault(taker, []).append(box)
-
-    def first(self, boxes: List[int]) -> int:
-        """Which of ``boxes`` (live) comes first in slot order."""
-        return min(boxes, key=self.pos.__getitem__)
-
-    def take(self, box: int) -> None:
-        """The kernel's step that takes ``box``: the swap, then the refills of its drops."""
-        slots, pos, front = self.slots, self.pos, self.front
-        p, other = pos[box], slots[front]
-        slots[p], pos[other] = other, p
-        slots[front], pos[box] = box, front
-        self.front = front + 1
-        dropped = self.drops.pop(box, None)
-        if not dropped:
-            return
-        gone = set(dropped)
-        # Holes in slot order; each takes the last live box, itself dropped if it is in ``gone``.
-        for hole in sorted(pos[d] for d in dropped):
-            while hole < self.end:
-                self.end -= 1
-                if self.end == hole:
-                    break
-                moved = slots[self.end]
-                slots[hole], pos[moved] = moved, hole
-                if moved not in gone:
-                    break
-
-    def take_in_order(self, boxes: List[int], keys: List[float]) -> List[int]:
-        """Takes ``boxes``, sorted by descending ``keys``; equal keys in slot order.
-
-        Returns:
-            The boxes in the order taken.
-        """
-        done: List[int] = []
-        k = 0
-        while k < len(boxes):
-            j = k + 1
-            while j < len(boxes) and keys[j] == keys[k]:
-                j += 1
-            group = boxes[k:j]
-            while group:
-                box = group[0] if len(group) == 1 else self.first(group)
-                group.remove(box)
-                self.take(box)
-                done.append(box)
-            k = j
-        return done
-
-    def live(self) -> List[int]:
-        """The boxes not yet taken nor dropped, in slot order."""
-        return self.slots[self.front : self.end]
 
 
 class _Neighbours:
@@ -378,7 +184,7 @@ class _Rounds:
                     continue
             pairs = self.pairs.of(top, und)
             if pairs[0].numel() > _EPOCH_PAIRS:  # dense: look at fewer, each round costs less
-                top, tau = self._fewer(top, pairs[0])
+                top, tau = self._fewer(top, pairs[0], tau)
                 if not bool(top.any()):
                     self._break_tie(und)
                     continue
@@ -406,14 +212,18 @@ class _Rounds:
                 looked //= 2
             epoch = min(max(looked, _EPOCH_MIN), _EPOCH_MAX)
 
-    def _fewer(self, top: Tensor, src: Tensor) -> Tuple[Tensor, Tensor]:
-        """The best of ``top``, whose pairs (from ``src``) add up to ``_EPOCH_PAIRS``; and tau."""
+    def _fewer(
+        self, top: Tensor, src: Tensor, tau: Optional[Tensor]
+    ) -> Tuple[Tensor, Optional[Tensor]]:
+        """The best of ``top`` whose pairs (from ``src``) add up to ``_EPOCH_PAIRS``, and tau."""
         boxes = torch.nonzero(top).squeeze(1)
         keys, order = torch.sort(self.key.index_select(0, boxes), descending=True)
         degree = torch.bincount(src, minlength=top.numel()).index_select(0, boxes)
         cut = int(torch.searchsorted(torch.cumsum(degree.index_select(0, order), 0), _EPOCH_PAIRS))
-        tau = keys[max(cut, 1)]
-        return top & (self.key > tau), tau
+        cut = max(cut, 1)  # the best box at least
+        if cut >= keys.numel():
+            return top, tau
+        return top & (self.key > keys[cut]), keys[cut]
 
     def _ready(self, top: Tensor, pairs: Tuple[Tensor, Tensor, Tensor]) -> Tensor:
         """The ``top`` boxes whose score is above every other one of ``top`` within two overlaps.
@@ -527,7 +337,7 @@ def soft_nms_keep(boxes: Tensor, scores: Tensor, params: SoftNMSParams) -> Tuple
         return soft_nms_steps(boxes, scores, params)
     areas = box_areas(boxes, params.offset)
     # Step 0, as the kernel: every other box rescored, and dropped below min_score.
-    first = int(torch.argmax(_ranking(scores)))
+    first = int(torch.argmax(ranking(scores)))
     ovr = pair_iou(boxes[first], areas[first], boxes, areas, params.offset)
     rescored = scores * params.weights(ovr)
     rescored[first] = scores[first]
@@ -541,7 +351,7 @@ def soft_nms_keep(boxes: Tensor, scores: Tensor, params: SoftNMSParams) -> Tuple
         slots = torch.arange(n)
         slots[0], slots[first] = first, 0
         rest = slots[1:]
-        rest = rest.index_select(0, _refill_order(~live.index_select(0, rest)))
+        rest = rest.index_select(0, refill_order(~live.index_select(0, rest)))
         return SlotReplay(torch.cat((slots[:1], rest)), n)
 
     rounds = _Rounds(graph, rescored.index_select(0, graph), neighbours, params, replay)
