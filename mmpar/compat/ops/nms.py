@@ -31,10 +31,7 @@ Non-finite values (mmcv leaves them to its kernels' arithmetic):
 
 from __future__ import annotations
 
-import inspect
-import numbers
-import operator
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 import torch
@@ -45,7 +42,24 @@ from mmpar.compat.ops.backend import (
     float_compute_dtype,
     renamed_kwargs,
     torchvision_ops,
-    unsupported,
+)
+from mmpar.compat.ops.class_nms import (
+    check_batched,
+    check_nms_cfg,
+    move_classes_apart,
+    nms_class_by_class,
+    nms_per_class,
+)
+from mmpar.compat.ops.nms_args import (
+    ArrayLike,
+    box_score_tensors,
+    check_offset,
+    descending,
+    finite_number,
+    fraction,
+    integer,
+    nms_args,
+    real_number,
 )
 from mmpar.compat.ops.rotated_nms import nms_quadri, nms_rotated
 from mmpar.compat.ops.soft_nms_kernel import SoftNMSParams, box_areas, pair_iou
@@ -53,12 +67,8 @@ from mmpar.compat.ops.soft_nms_rounds import soft_nms_keep
 
 __all__ = ["batched_nms", "nms", "nms_match", "nms_quadri", "nms_rotated", "soft_nms"]
 
-ArrayLike = Union[Tensor, np.ndarray]
-
 #: soft_nms's methods.
 _SOFT_NMS_METHODS = ("gaussian", "linear", "naive")
-#: The columns of a box for each ``nms_cfg['type']``.
-_BOX_COLUMNS = {"nms": 4, "soft_nms": 4, "nms_rotated": 5, "nms_quadri": 8}
 
 
 #: Lets a function take mmcv's deprecated keyword ``iou_thr`` for ``iou_threshold``.
@@ -66,90 +76,6 @@ _accepts_iou_thr = renamed_kwargs(
     {"iou_thr": "iou_threshold"},
     "mmcv.ops.{owner}: got both {old} (deprecated) and {new}; pass {new} only",
 )
-
-
-def _real(op: str, name: str, value: Any) -> float:
-    """``value`` as a float, if it is a real number (a bool is not)."""
-    if isinstance(value, Tensor) and value.numel() == 1 and value.is_floating_point():
-        value = float(value)
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(
-            f"mmcv.ops.{op}: {name} must be a real number, got {type(value).__name__} {value!r}"
-        )
-    return float(value)
-
-
-def _fraction(op: str, name: str, value: Any) -> float:
-    """``value`` as a float in ``[0, 1]``."""
-    number = _real(op, name, value)
-    if not 0.0 <= number <= 1.0:  # NaN too
-        raise ValueError(f"mmcv.ops.{op}: {name} must be in [0, 1], got {value!r}")
-    return number
-
-
-def _finite(op: str, name: str, value: Any) -> float:
-    number = _real(op, name, value)
-    if not np.isfinite(number):
-        raise ValueError(f"mmcv.ops.{op}: {name} must be finite, got {value!r}")
-    return number
-
-
-def _integer(op: str, name: str, value: Any) -> int:
-    if not isinstance(value, bool):
-        try:
-            return operator.index(value)
-        except TypeError:
-            pass
-    raise TypeError(f"mmcv.ops.{op}: {name} must be an int, got {type(value).__name__} {value!r}")
-
-
-def _as_tensors(op: str, boxes: ArrayLike, scores: ArrayLike) -> Tuple[Tensor, Tensor, bool]:
-    """``boxes`` ``(N, 4)`` and ``scores`` ``(N,)`` as tensors, and whether ``boxes`` was numpy."""
-    for name, value in (("boxes", boxes), ("scores", scores)):
-        if not isinstance(value, (Tensor, np.ndarray)):
-            raise TypeError(
-                f"mmcv.ops.{op}: {name} must be a torch.Tensor or a numpy.ndarray, "
-                f"got {type(value).__name__}"
-            )
-    is_numpy = isinstance(boxes, np.ndarray)
-    boxes_t = torch.from_numpy(boxes) if isinstance(boxes, np.ndarray) else boxes
-    scores_t = torch.from_numpy(scores) if isinstance(scores, np.ndarray) else scores
-    if boxes_t.dim() != 2 or boxes_t.shape[1] != 4:
-        raise ArgumentError(
-            f"mmcv.ops.{op}: boxes must have shape (N, 4), got {tuple(boxes_t.shape)}"
-        )
-    if scores_t.dim() != 1 or scores_t.shape[0] != boxes_t.shape[0]:
-        raise ArgumentError(
-            f"mmcv.ops.{op}: scores must have shape (N,) = ({boxes_t.shape[0]},), "
-            f"got {tuple(scores_t.shape)}"
-        )
-    for name, value in (("boxes", boxes_t), ("scores", scores_t)):
-        if not value.is_floating_point():
-            raise TypeError(f"mmcv.ops.{op}: {name} must be floating point, got {value.dtype}")
-    if scores_t.device != boxes_t.device:
-        raise ValueError(
-            f"mmcv.ops.{op}: boxes and scores must be on the same device, "
-            f"got {boxes_t.device} and {scores_t.device}"
-        )
-    return boxes_t, scores_t, is_numpy
-
-
-def _check_offset(op: str, offset: int, supported: Tuple[int, ...]) -> None:
-    if offset in supported and not isinstance(offset, bool):
-        return
-    if offset in (0, 1) and not isinstance(offset, bool):
-        raise unsupported(op, "offset", offset, " or ".join(f"offset={o}" for o in supported))
-    raise ArgumentError(f"mmcv.ops.{op}: offset must be 0 or 1, got {offset!r}")
-
-
-def _ranking(scores: Tensor) -> Tensor:
-    """``scores`` with NaN as ``-inf``: the values boxes are ranked by."""
-    return torch.where(torch.isnan(scores), torch.full_like(scores, -float("inf")), scores)
-
-
-def _descending(scores: Tensor) -> Tensor:
-    """Indices of ``scores`` from highest to lowest, NaN as ``-inf``; equal ones in input order."""
-    return torch.sort(_ranking(scores), descending=True, stable=True).indices
 
 
 def _greedy_nms(boxes: Tensor, scores: Tensor, iou_threshold: float) -> Tensor:
@@ -166,7 +92,7 @@ def _greedy_nms(boxes: Tensor, scores: Tensor, iou_threshold: float) -> Tensor:
     n = boxes.shape[0]
     if n == 0:
         return torch.empty(0, dtype=torch.long, device=boxes.device)
-    order = _descending(scores)
+    order = descending(scores)
     # torchvision sorts the scores again, with no promise of stability; handing it
     # strictly decreasing ranks in place of the scores keeps the order above. float32
     # holds the ranks exactly up to 2**24 boxes; beyond that they run in float64.
@@ -217,9 +143,9 @@ def nms(
         ValueError: Bad shapes, devices or values (``ArgumentError``, an
             ``AssertionError`` too, where mmcv asserts: shapes, ``offset``).
     """
-    boxes_t, scores_t, is_numpy = _as_tensors("nms", boxes, scores)
-    iou_threshold, score_threshold = _nms_args(iou_threshold, offset, score_threshold)
-    max_num = _integer("nms", "max_num", max_num)
+    boxes_t, scores_t, is_numpy = box_score_tensors("nms", boxes, scores)
+    iou_threshold, score_threshold = nms_args(iou_threshold, offset, score_threshold)
+    max_num = integer("nms", "max_num", max_num)
     inds = _nms_inds(boxes_t, scores_t, iou_threshold, score_threshold, max_num)
     dets = torch.cat((boxes_t.index_select(0, inds), scores_t.index_select(0, inds)[:, None]), 1)
     if is_numpy:
@@ -241,20 +167,6 @@ def _nms_inds(
     else:
         inds = _greedy_nms(boxes, scores, iou_threshold)
     return inds[:max_num] if max_num > 0 else inds
-
-
-@renamed_kwargs(
-    {"iou_thr": "iou_threshold"},
-    "mmcv.ops.{owner}: got both {old} (deprecated) and {new}; pass {new} only",
-    owner="nms",
-)
-def _nms_args(iou_threshold: Any, offset: Any = 0, score_threshold: Any = 0) -> Tuple[float, float]:
-    """:func:`nms`'s ``iou_threshold`` and ``score_threshold``, checked (``offset`` 0 only)."""
-    _check_offset("nms", offset, (0,))
-    score_threshold = _real("nms", "score_threshold", score_threshold)
-    if np.isnan(score_threshold):
-        raise ValueError("mmcv.ops.nms: score_threshold must be a number, got nan")
-    return _fraction("nms", "iou_threshold", iou_threshold), score_threshold
 
 
 @_accepts_iou_thr
@@ -303,8 +215,8 @@ def soft_nms(
         ValueError: Bad shapes, devices or values (``ArgumentError``, an
             ``AssertionError`` too, where mmcv asserts: shapes, ``method``, ``offset``).
     """
-    boxes_t, scores_t, is_numpy = _as_tensors("soft_nms", boxes, scores)
-    _check_offset("soft_nms", offset, (0, 1))
+    boxes_t, scores_t, is_numpy = box_score_tensors("soft_nms", boxes, scores)
+    check_offset("soft_nms", offset, (0, 1))
     params = _soft_nms_params(iou_threshold, sigma, min_score, method, offset)
     cpu_boxes = boxes_t.detach().cpu()
     dtype = float_compute_dtype(cpu_boxes.dtype)
@@ -325,14 +237,14 @@ def _soft_nms_params(
         raise ArgumentError(
             f"mmcv.ops.soft_nms: method must be one of {sorted(_SOFT_NMS_METHODS)}, got {method!r}"
         )
-    iou_threshold = _fraction("soft_nms", "iou_threshold", iou_threshold)
-    sigma = _real("soft_nms", "sigma", sigma)
+    iou_threshold = fraction("soft_nms", "iou_threshold", iou_threshold)
+    sigma = real_number("soft_nms", "sigma", sigma)
     if method == "gaussian" and not 0 < sigma < float("inf"):
         raise ValueError(
             "mmcv.ops.soft_nms: sigma must be above 0 and finite for method='gaussian', "
             f"got {sigma!r}"
         )
-    min_score = _finite("soft_nms", "min_score", min_score)
+    min_score = finite_number("soft_nms", "min_score", min_score)
     return SoftNMSParams(iou_threshold, sigma, min_score, method, int(offset))
 
 
@@ -378,8 +290,8 @@ def batched_nms(
             devices or shapes (4 columns, 5 for ``nms_rotated``, 8 for ``nms_quadri``).
     """
     if nms_cfg is None:
-        _check_batched(boxes, scores, idxs, None)
-        inds = _descending(scores)
+        check_batched(boxes, scores, idxs, None)
+        inds = descending(scores)
         return torch.cat([boxes[inds], scores[inds][:, None]], -1), inds
     if not isinstance(nms_cfg, Mapping):
         raise TypeError(
@@ -389,79 +301,21 @@ def batched_nms(
     class_agnostic = cfg.pop("class_agnostic", class_agnostic)
     nms_type = cfg.pop("type", "nms")
     nms_op = _nms_op(nms_type)
-    _check_batched(boxes, scores, idxs, nms_type)
-    split_thr = _real("batched_nms", "nms_cfg['split_thr']", cfg.pop("split_thr", 10000))
-    _check_cfg(nms_type, nms_op, cfg)
-    boxes_for_nms = boxes if class_agnostic else _move_classes_apart(boxes, idxs)
+    check_batched(boxes, scores, idxs, nms_type)
+    split_thr = real_number("batched_nms", "nms_cfg['split_thr']", cfg.pop("split_thr", 10000))
+    check_nms_cfg(nms_type, nms_op, cfg)
+    boxes_for_nms = boxes if class_agnostic else move_classes_apart(boxes, idxs)
     if boxes_for_nms.shape[0] < split_thr:
         dets, keep = nms_op(boxes_for_nms, scores, **cfg)
         kept_boxes, kept_scores = boxes.index_select(0, keep), dets[:, -1].to(scores.dtype)
     elif nms_op is nms:
-        keep = _nms_per_class(boxes_for_nms, scores, idxs, cfg)
+        keep = nms_per_class(boxes_for_nms, scores, idxs, cfg)
         kept_boxes, kept_scores = boxes.index_select(0, keep), scores.index_select(0, keep)
     else:
-        kept_boxes, kept_scores, keep = _nms_class_by_class(
+        kept_boxes, kept_scores, keep = nms_class_by_class(
             boxes, boxes_for_nms, scores, idxs, nms_op, cfg
         )
     return torch.cat([kept_boxes, kept_scores[:, None]], -1), keep
-
-
-def _check_batched(boxes: Tensor, scores: Tensor, idxs: Tensor, nms_type: Optional[str]) -> None:
-    for name, value in (("boxes", boxes), ("scores", scores), ("idxs", idxs)):
-        if not isinstance(value, Tensor):
-            raise TypeError(
-                f"mmcv.ops.batched_nms: {name} must be a torch.Tensor, got {type(value).__name__}"
-            )
-    for name, value in (("boxes", boxes), ("scores", scores)):
-        if not value.is_floating_point():
-            raise TypeError(
-                f"mmcv.ops.batched_nms: {name} must be floating point, got {value.dtype}"
-            )
-    if idxs.dtype == torch.bool or idxs.is_complex():
-        raise TypeError(
-            "mmcv.ops.batched_nms: idxs must be class indices (an integer tensor), "
-            f"got {idxs.dtype}"
-        )
-    columns = None if nms_type is None else _BOX_COLUMNS[nms_type]
-    if boxes.dim() != 2 or (columns is not None and boxes.shape[1] != columns):
-        kind = f"nms_cfg type {nms_type!r}" if columns and columns > 4 else "this nms_cfg type"
-        want = f"(N, {columns}) for {kind}" if columns is not None else "(N, C)"
-        raise ValueError(
-            f"mmcv.ops.batched_nms: boxes must have shape {want}, got {tuple(boxes.shape)}"
-        )
-    n = boxes.shape[0]
-    for name, value in (("scores", scores), ("idxs", idxs)):
-        if value.shape != (n,):
-            raise ValueError(
-                f"mmcv.ops.batched_nms: {name} must have shape (N,) = ({n},), "
-                f"got {tuple(value.shape)}"
-            )
-        if value.device != boxes.device:
-            raise ValueError(
-                f"mmcv.ops.batched_nms: boxes and {name} must be on the same device, "
-                f"got {boxes.device} and {value.device}"
-            )
-
-
-def _check_cfg(nms_type: str, nms_op: Callable[..., Any], cfg: Dict[str, Any]) -> None:
-    """``cfg``'s keys are arguments of ``nms_op``, with its ``iou_threshold``."""
-    params = inspect.signature(nms_op).parameters
-    takes = list(params)[2:]  # after the boxes and the scores
-    unknown = sorted(set(cfg) - set(takes) - {"iou_thr"})
-    if unknown:
-        raise TypeError(
-            f"mmcv.ops.batched_nms: nms_cfg has {unknown}, which nms_cfg['type'] {nms_type!r} "
-            f"does not take (it takes {takes}, with type, split_thr and class_agnostic)"
-        )
-    need = params.get("iou_threshold")
-    if (
-        need is not None
-        and need.default is need.empty
-        and not {"iou_threshold", "iou_thr"} & set(cfg)
-    ):
-        raise ValueError(
-            f"mmcv.ops.batched_nms: nms_cfg must give iou_threshold for type {nms_type!r}"
-        )
 
 
 def _nms_op(name: str) -> Callable[..., Tuple[Tensor, Tensor]]:
@@ -476,100 +330,6 @@ def _nms_op(name: str) -> Callable[..., Tuple[Tensor, Tensor]]:
         return nms_quadri
     supplied = "'nms', 'soft_nms', 'nms_rotated' or 'nms_quadri'"
     raise ValueError(f"mmcv.ops.batched_nms: nms_cfg['type'] must be {supplied}, got {name!r}")
-
-
-def _finite_max(values: Tensor) -> Tensor:
-    """The largest finite element of ``values`` (0 if none), on their device."""
-    finite = torch.where(torch.isfinite(values), values, torch.full_like(values, -float("inf")))
-    top = finite.max()
-    return torch.where(torch.isfinite(top), top, torch.zeros_like(top))
-
-
-def _move_classes_apart(boxes: Tensor, idxs: Tensor) -> Tensor:
-    """``boxes`` shifted by ``idxs * (max coordinate + 1)``, so that classes never overlap.
-
-    Rotated boxes move by their centres, the max coordinate taken as mmcv does:
-    ``max(x, y) + max(w, h)``; quadrilaterals move every vertex, as boxes do.
-    Non-finite coordinates are left out of the max.
-    """
-    if boxes.shape[0] == 0:  # mmcv fails on the max of no boxes; there is nothing to move
-        return boxes
-    # float16 would overflow at a few classes of large images; the NMS runs in float32 anyway.
-    moved = boxes.float() if boxes.dtype in (torch.float16, torch.bfloat16) else boxes
-    if moved.shape[1] == 5:
-        offsets = idxs.to(moved) * (_finite_max(moved[:, :2]) + _finite_max(moved[:, 2:4]) + 1)
-        return torch.cat((moved[:, :2] + offsets[:, None], moved[:, 2:]), 1)
-    offsets = idxs.to(moved) * (_finite_max(moved) + 1)
-    return moved + offsets[:, None]
-
-
-def _nms_per_class(boxes: Tensor, scores: Tensor, idxs: Tensor, cfg: Dict[str, Any]) -> Tensor:
-    """mmcv's ``split_thr`` branch for ``type='nms'``: the kept indices, highest score first.
-
-    One sort groups the boxes by class, by descending score within a class; then
-    torchvision's kernel runs on each class's run of boxes: what :func:`nms` does
-    class by class, without its per-call work.
-    """
-    cfg = dict(cfg)
-    max_num = _integer("batched_nms", "nms_cfg['max_num']", cfg.pop("max_num", -1))
-    iou_threshold, score_threshold = _nms_args(**cfg)
-    boxes, all_scores = boxes.detach(), scores.detach()
-    scores, chosen = all_scores, None
-    if score_threshold > 0:
-        chosen = torch.nonzero(scores > score_threshold).squeeze(1)
-        boxes, scores, idxs = (t.index_select(0, chosen) for t in (boxes, scores, idxs))
-    order = _descending(scores)
-    order = order.index_select(0, torch.sort(idxs.index_select(0, order), stable=True).indices)
-    counts = torch.unique_consecutive(idxs.index_select(0, order), return_counts=True)[1]
-    n = order.numel()
-    dtype = float_compute_dtype(boxes.dtype) if n <= 2**24 else torch.float64
-    ordered = boxes.index_select(0, order).to(dtype)
-    # Strictly decreasing ranks: torchvision's kernel keeps the order given.
-    ranks = torch.arange(n, 0, -1, dtype=dtype, device=boxes.device)
-    torchvision_ops()
-    kernel = torch.ops.torchvision.nms
-    kept, start = [order[:0]], 0
-    for count in counts.tolist():
-        end = start + count
-        kept.append(kernel(ordered[start:end], ranks[start:end], iou_threshold) + start)
-        start = end
-    keep = order.index_select(0, torch.cat(kept))
-    if chosen is not None:
-        keep = chosen.index_select(0, keep)
-    keep = torch.sort(keep).values  # equal scores in input order
-    keep = keep.index_select(0, _descending(all_scores.index_select(0, keep)))
-    return keep[:max_num] if max_num > 0 else keep
-
-
-def _nms_class_by_class(
-    boxes: Tensor,
-    boxes_for_nms: Tensor,
-    scores: Tensor,
-    idxs: Tensor,
-    nms_op: Callable[..., Tuple[Tensor, Tensor]],
-    cfg: Dict[str, Any],
-) -> Tuple[Tensor, Tensor, Tensor]:
-    """mmcv's ``split_thr`` branch: one NMS per class, merged and sorted by score.
-
-    Returns:
-        The kept ``(K, 4)`` boxes, ``(K,)`` scores after NMS and ``(K,)`` indices.
-    """
-    cfg = dict(cfg)
-    max_num = _integer("batched_nms", "nms_cfg['max_num']", cfg.pop("max_num", -1))
-    kept = scores.new_zeros(scores.shape, dtype=torch.bool)
-    # soft_nms lowers the scores it keeps: the merged result sorts by those.
-    scores_after = scores.new_zeros(scores.shape)
-    for cls in torch.unique(idxs):
-        members = torch.nonzero(idxs == cls).view(-1)
-        dets, keep = nms_op(boxes_for_nms[members], scores[members], **cfg)
-        kept[members[keep]] = True
-        scores_after[members[keep]] = dets[:, -1].to(scores_after.dtype)
-    keep = torch.nonzero(kept).view(-1)
-    keep = keep[_descending(scores_after[keep])]
-    kept_scores = scores_after[keep]
-    if max_num > 0:
-        keep, kept_scores = keep[:max_num], kept_scores[:max_num]
-    return boxes[keep], kept_scores, keep
 
 
 def nms_match(dets: ArrayLike, iou_threshold: float) -> List[ArrayLike]:
@@ -600,7 +360,7 @@ def nms_match(dets: ArrayLike, iou_threshold: float) -> List[ArrayLike]:
             "mmcv.ops.nms_match: dets must be a torch.Tensor or a numpy.ndarray, "
             f"got {type(dets).__name__}"
         )
-    iou_threshold = _fraction("nms_match", "iou_threshold", iou_threshold)
+    iou_threshold = fraction("nms_match", "iou_threshold", iou_threshold)
     groups: List[List[int]] = []
     if dets.shape[0] != 0:
         if dets.ndim != 2 or dets.shape[1] != 5:
@@ -618,7 +378,7 @@ def nms_match(dets: ArrayLike, iou_threshold: float) -> List[ArrayLike]:
 
 def _match_groups(dets: Tensor, iou_threshold: float) -> List[List[int]]:
     """mmcv's ``nms_match_cpu`` on ``(N, 5)`` CPU dets: the groups, as index lists."""
-    order = _descending(dets[:, 4])
+    order = descending(dets[:, 4])
     boxes = dets[order, :4]  # in score order from here on
     areas = box_areas(boxes, 0)
     n = boxes.shape[0]
