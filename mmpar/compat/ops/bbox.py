@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from mmpar.compat.ops.backend import ArgumentError
+
 __all__ = ["bbox_overlaps"]
 
 _MODES = ("iou", "iof")
@@ -27,7 +29,7 @@ def _check_boxes(name: str, boxes: object) -> Tensor:
         )
     empty = boxes.dim() >= 1 and boxes.shape[0] == 0
     if not empty and (boxes.dim() != 2 or boxes.shape[1] != 4):
-        raise ValueError(
+        raise ArgumentError(
             f"mmcv.ops.bbox_overlaps: {name} must have shape (n, 4) or be empty, "
             f"got {tuple(boxes.shape)}"
         )
@@ -62,20 +64,25 @@ def bbox_overlaps(
     Returns:
         ``(m, n)`` overlaps, or ``(m,)`` with ``aligned``, in ``bboxes1``'s dtype.
         A pair whose denominator is 0 (two empty boxes) gives NaN, as in mmcv.
+        A box with a NaN coordinate gives NaN with every box, and one with an
+        infinite coordinate what the formula gives (0 or NaN), as mmcv's CPU
+        path (on every device here).
 
     Raises:
         TypeError: A box set is not a floating-point tensor, or the dtypes differ.
-        ValueError: A bad shape, ``mode``, or ``offset``, or different devices.
+        ValueError: A bad shape, ``mode``, ``offset`` or box count
+            (``ArgumentError``, an ``AssertionError`` too, as mmcv asserts them),
+            or different devices.
     """
     if mode not in _MODES:
-        raise ValueError(f"mmcv.ops.bbox_overlaps: mode must be 'iou' or 'iof', got {mode!r}")
-    if offset not in (0, 1):
-        raise ValueError(f"mmcv.ops.bbox_overlaps: offset must be 0 or 1, got {offset!r}")
+        raise ArgumentError(f"mmcv.ops.bbox_overlaps: mode must be 'iou' or 'iof', got {mode!r}")
+    if offset not in (0, 1) or isinstance(offset, bool):
+        raise ArgumentError(f"mmcv.ops.bbox_overlaps: offset must be 0 or 1, got {offset!r}")
     bboxes1 = _check_boxes("bboxes1", bboxes1)
     bboxes2 = _check_boxes("bboxes2", bboxes2)
     rows, cols = bboxes1.shape[0], bboxes2.shape[0]
     if aligned and rows != cols:
-        raise ValueError(
+        raise ArgumentError(
             "mmcv.ops.bbox_overlaps: with aligned=True bboxes1 and bboxes2 must have as many "
             f"boxes, got {rows} and {cols}"
         )

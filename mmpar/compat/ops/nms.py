@@ -3,9 +3,10 @@
 * :func:`nms` runs ``torchvision.ops.nms``; boxes of equal score are visited in
   input order (lower index first), on every device (mmcv leaves that order to an
   unstable sort). ``offset=1`` is not supported.
-* :func:`soft_nms` replays mmcv's CPU kernel (``softnms_cpu``) step by step: the
-  same selection, rescoring, dropping below ``min_score`` and tie order. It runs
-  on the CPU, as mmcv's does, and returns on the input's device.
+* :func:`soft_nms` gives the result of mmcv's CPU kernel (``softnms_cpu``): the
+  same selection, rescoring, dropping below ``min_score`` and tie order, computed
+  by :mod:`mmpar.compat.ops.soft_nms_rounds` without a pass over all boxes per
+  box taken. It runs on the CPU, as mmcv's does, and returns on the input's device.
 * :func:`batched_nms` is mmcv's: the per-class coordinate offsets, ``split_thr``,
   ``class_agnostic`` and ``max_num`` in ``nms_cfg``, and ``nms_cfg=None``.
 * :func:`nms_match` groups boxes as mmcv's ``nms_match_cpu`` does.
@@ -15,32 +16,59 @@
 
 mmcv's kernels take float32 only; here float64 runs in float64, and
 float16/bfloat16 run in float32 (the returned boxes keep the input's dtype).
+Non-finite values (mmcv leaves them to its kernels' arithmetic):
+
+* a NaN score ranks as ``-inf``: after every other score, never ahead of a finite
+  one, so it never suppresses (nor lowers) a box of finite score. Kept boxes of
+  NaN score come last (``score_threshold`` above 0 filters them out);
+* a box with a NaN or infinite coordinate has an IoU of NaN or 0 with every box:
+  it neither suppresses nor is suppressed, as in mmcv's and torchvision's kernels.
+  soft_nms counts a NaN IoU as 0 (weight 1; mmcv's ``gaussian`` turns the score
+  NaN), and so does it for two boxes of zero area;
+* batched_nms moves the classes apart by the largest finite coordinate (mmcv's
+  ``boxes.max()`` is NaN with one NaN coordinate, and then nothing is suppressed).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from mmpar.compat.ops.backend import (
+    ArgumentError,
     float_compute_dtype,
     renamed_kwargs,
     torchvision_ops,
-    unsupported,
+)
+from mmpar.compat.ops.class_nms import (
+    check_batched,
+    check_nms_cfg,
+    move_classes_apart,
+    nms_class_by_class,
+    nms_per_class,
+)
+from mmpar.compat.ops.nms_args import (
+    ArrayLike,
+    box_score_tensors,
+    check_offset,
+    descending,
+    finite_number,
+    fraction,
+    integer,
+    nms_args,
+    real_number,
 )
 from mmpar.compat.ops.rotated_nms import nms_quadri, nms_rotated
+from mmpar.compat.ops.soft_nms_kernel import SoftNMSParams, box_areas, pair_iou
+from mmpar.compat.ops.soft_nms_rounds import soft_nms_keep
 
 __all__ = ["batched_nms", "nms", "nms_match", "nms_quadri", "nms_rotated", "soft_nms"]
 
-ArrayLike = Union[Tensor, np.ndarray]
-
-#: soft_nms's methods, numbered as mmcv's kernel numbers them.
-_SOFT_NMS_METHODS = {"naive": 0, "linear": 1, "gaussian": 2}
-#: The columns of a box for each ``nms_cfg['type']``.
-_BOX_COLUMNS = {"nms": 4, "soft_nms": 4, "nms_rotated": 5, "nms_quadri": 8}
+#: soft_nms's methods.
+_SOFT_NMS_METHODS = ("gaussian", "linear", "naive")
 
 
 #: Lets a function take mmcv's deprecated keyword ``iou_thr`` for ``iou_threshold``.
@@ -48,48 +76,6 @@ _accepts_iou_thr = renamed_kwargs(
     {"iou_thr": "iou_threshold"},
     "mmcv.ops.{owner}: got both {old} (deprecated) and {new}; pass {new} only",
 )
-
-
-def _as_tensors(op: str, boxes: ArrayLike, scores: ArrayLike) -> Tuple[Tensor, Tensor, bool]:
-    """``boxes`` ``(N, 4)`` and ``scores`` ``(N,)`` as tensors, and whether ``boxes`` was numpy."""
-    for name, value in (("boxes", boxes), ("scores", scores)):
-        if not isinstance(value, (Tensor, np.ndarray)):
-            raise TypeError(
-                f"mmcv.ops.{op}: {name} must be a torch.Tensor or a numpy.ndarray, "
-                f"got {type(value).__name__}"
-            )
-    is_numpy = isinstance(boxes, np.ndarray)
-    boxes_t = torch.from_numpy(boxes) if isinstance(boxes, np.ndarray) else boxes
-    scores_t = torch.from_numpy(scores) if isinstance(scores, np.ndarray) else scores
-    if boxes_t.dim() != 2 or boxes_t.shape[1] != 4:
-        raise ValueError(f"mmcv.ops.{op}: boxes must have shape (N, 4), got {tuple(boxes_t.shape)}")
-    if scores_t.dim() != 1 or scores_t.shape[0] != boxes_t.shape[0]:
-        raise ValueError(
-            f"mmcv.ops.{op}: scores must have shape (N,) = ({boxes_t.shape[0]},), "
-            f"got {tuple(scores_t.shape)}"
-        )
-    for name, value in (("boxes", boxes_t), ("scores", scores_t)):
-        if not value.is_floating_point():
-            raise TypeError(f"mmcv.ops.{op}: {name} must be floating point, got {value.dtype}")
-    if scores_t.device != boxes_t.device:
-        raise ValueError(
-            f"mmcv.ops.{op}: boxes and scores must be on the same device, "
-            f"got {boxes_t.device} and {scores_t.device}"
-        )
-    return boxes_t, scores_t, is_numpy
-
-
-def _check_offset(op: str, offset: int, supported: Tuple[int, ...]) -> None:
-    if offset in supported:
-        return
-    if offset in (0, 1):
-        raise unsupported(op, "offset", offset, " or ".join(f"offset={o}" for o in supported))
-    raise ValueError(f"mmcv.ops.{op}: offset must be 0 or 1, got {offset!r}")
-
-
-def _descending(scores: Tensor) -> Tensor:
-    """Indices of ``scores`` from highest to lowest; equal scores in input order."""
-    return torch.sort(scores, descending=True, stable=True).indices
 
 
 def _greedy_nms(boxes: Tensor, scores: Tensor, iou_threshold: float) -> Tensor:
@@ -106,7 +92,7 @@ def _greedy_nms(boxes: Tensor, scores: Tensor, iou_threshold: float) -> Tensor:
     n = boxes.shape[0]
     if n == 0:
         return torch.empty(0, dtype=torch.long, device=boxes.device)
-    order = _descending(scores)
+    order = descending(scores)
     # torchvision sorts the scores again, with no promise of stability; handing it
     # strictly decreasing ranks in place of the scores keeps the order above. float32
     # holds the ranks exactly up to 2**24 boxes; beyond that they run in float64.
@@ -129,13 +115,19 @@ def nms(
 
     Visits the boxes from the highest score down and drops every later box whose
     IoU with a kept one is above ``iou_threshold``; boxes of equal score are
-    visited in input order. Runs on the device of ``boxes``.
+    visited in input order. Runs on the device of ``boxes``, without a host sync.
+
+    Non-finite values: a NaN score ranks as ``-inf`` (after every other score), so
+    it never suppresses a box of finite score, and a kept box of NaN score comes
+    last; a box with a NaN or infinite coordinate has an IoU of NaN or 0 with every
+    box, so it neither suppresses nor is suppressed.
 
     Args:
         boxes: ``(N, 4)`` float tensor or array, ``x1, y1, x2, y2``.
         scores: ``(N,)`` float, on the device of ``boxes``.
-        iou_threshold: IoU above which the lower-scored box is dropped. The
-            deprecated keyword ``iou_thr`` is accepted, with a DeprecationWarning.
+        iou_threshold: IoU above which the lower-scored box is dropped, in
+            ``[0, 1]``. The deprecated keyword ``iou_thr`` is accepted, with a
+            DeprecationWarning.
         offset: 0 only (mmcv's ``offset=1`` raises ``UnsupportedOpError``).
         score_threshold: If above 0, only boxes whose score is above it take part.
         max_num: If above 0, keep at most this many boxes.
@@ -147,11 +139,14 @@ def nms(
 
     Raises:
         UnsupportedOpError: ``offset=1``.
-        TypeError, ValueError: Bad types, shapes or devices.
+        TypeError: Bad types or dtypes.
+        ValueError: Bad shapes, devices or values (``ArgumentError``, an
+            ``AssertionError`` too, where mmcv asserts: shapes, ``offset``).
     """
-    boxes_t, scores_t, is_numpy = _as_tensors("nms", boxes, scores)
-    _check_offset("nms", offset, (0,))
-    inds = _nms_inds(boxes_t, scores_t, float(iou_threshold), score_threshold, max_num)
+    boxes_t, scores_t, is_numpy = box_score_tensors("nms", boxes, scores)
+    iou_threshold, score_threshold = nms_args(iou_threshold, offset, score_threshold)
+    max_num = integer("nms", "max_num", max_num)
+    inds = _nms_inds(boxes_t, scores_t, iou_threshold, score_threshold, max_num)
     dets = torch.cat((boxes_t.index_select(0, inds), scores_t.index_select(0, inds)[:, None]), 1)
     if is_numpy:
         return dets.cpu().numpy(), inds.cpu().numpy()
@@ -193,13 +188,19 @@ def soft_nms(
     whose score falls below ``min_score`` is dropped. The first box taken is kept
     whatever its score. Computed on the CPU, as mmcv does.
 
+    Non-finite values: a NaN score ranks as ``-inf`` (after every other score) and
+    is never below ``min_score``, so boxes of NaN score are kept, last, in mmcv's
+    slot order; ``inf * 0`` (``naive``) makes a NaN. A NaN IoU (a box with a NaN
+    coordinate, two boxes of zero area) counts as 0: weight 1.
+
     Args:
         boxes: ``(N, 4)`` float tensor or array, ``x1, y1, x2, y2``.
         scores: ``(N,)`` float, on the device of ``boxes``.
-        iou_threshold: IoU threshold of the ``naive`` and ``linear`` methods. The
-            deprecated keyword ``iou_thr`` is accepted, with a DeprecationWarning.
-        sigma: Width of the ``gaussian`` method.
-        min_score: Boxes whose score falls below this are dropped.
+        iou_threshold: IoU threshold of the ``naive`` and ``linear`` methods, in
+            ``[0, 1]``. The deprecated keyword ``iou_thr`` is accepted, with a
+            DeprecationWarning.
+        sigma: Width of the ``gaussian`` method, above 0.
+        min_score: Boxes whose score falls below this (finite) are dropped.
         method: ``"naive"``, ``"linear"`` or ``"gaussian"``.
         offset: 0 or 1; a box's width is ``x2 - x1 + offset``.
 
@@ -210,20 +211,17 @@ def soft_nms(
         (not differentiable).
 
     Raises:
-        TypeError, ValueError: Bad types, shapes, ``method`` or ``offset``.
+        TypeError: Bad types or dtypes.
+        ValueError: Bad shapes, devices or values (``ArgumentError``, an
+            ``AssertionError`` too, where mmcv asserts: shapes, ``method``, ``offset``).
     """
-    boxes_t, scores_t, is_numpy = _as_tensors("soft_nms", boxes, scores)
-    _check_offset("soft_nms", offset, (0, 1))
-    if method not in _SOFT_NMS_METHODS:
-        raise ValueError(
-            f"mmcv.ops.soft_nms: method must be one of {sorted(_SOFT_NMS_METHODS)}, got {method!r}"
-        )
+    boxes_t, scores_t, is_numpy = box_score_tensors("soft_nms", boxes, scores)
+    check_offset("soft_nms", offset, (0, 1))
+    params = _soft_nms_params(iou_threshold, sigma, min_score, method, offset)
     cpu_boxes = boxes_t.detach().cpu()
     dtype = float_compute_dtype(cpu_boxes.dtype)
-    inds, kept_scores = _soft_nms_cpu(
-        cpu_boxes.to(dtype),
-        scores_t.detach().cpu().to(dtype),
-        _SoftNMSParams(iou_threshold, sigma, min_score, method, offset),
+    inds, kept_scores = soft_nms_keep(
+        cpu_boxes.to(dtype), scores_t.detach().cpu().to(dtype), params
     )
     dets = torch.cat((cpu_boxes.index_select(0, inds), kept_scores[:, None].to(cpu_boxes.dtype)), 1)
     if is_numpy:
@@ -231,114 +229,23 @@ def soft_nms(
     return dets.to(boxes_t.device), inds.to(boxes_t.device)
 
 
-class _SoftNMSParams:
-    """soft_nms's scalar parameters."""
-
-    def __init__(
-        self, iou_threshold: float, sigma: float, min_score: float, method: str, offset: int
-    ) -> None:
-        self.iou_threshold = float(iou_threshold)
-        self.sigma = float(sigma)
-        self.min_score = float(min_score)
-        self.method = method
-        self.offset = int(offset)
-
-    def weights(self, ovr: Tensor) -> Tensor:
-        """The factor each score is multiplied by, from its IoU ``ovr`` with the taken box."""
-        if self.method == "gaussian":
-            return torch.exp(-(ovr * ovr) / self.sigma)
-        near = ovr >= self.iou_threshold
-        lowered = torch.zeros_like(ovr) if self.method == "naive" else 1 - ovr
-        return torch.where(near, lowered, torch.ones_like(ovr))
-
-
-def _soft_nms_cpu(boxes: Tensor, scores: Tensor, params: _SoftNMSParams) -> Tuple[Tensor, Tensor]:
-    """mmcv's ``softnms_cpu``, vectorised over the boxes not yet taken.
-
-    The kernel keeps the boxes in one array: slot ``i`` receives the ``i``-th box
-    taken (swapped with the box it displaces), and a box dropped below
-    ``min_score`` is overwritten by the array's last live box. Those moves decide
-    which of several equal scores is taken first, so ``slots`` replays them.
-
-    Args:
-        boxes: ``(N, 4)`` float32/float64 CPU boxes.
-        scores: ``(N,)`` scores of the same dtype.
-        params: The method and its parameters.
-
-    Returns:
-        ``(K,)`` long indices of the kept boxes in the order taken, and ``(K,)``
-        their scores when taken.
-    """
-    n = boxes.shape[0]
-    scores = scores.clone()
-    areas = _areas(boxes, params.offset)
-    slots = torch.arange(n)  # slots[p]: the box in the kernel's array slot p
-    live = n
-    i = 0
-    # index_select/index_copy_, not tensor[indices]: advanced indexing costs ~10x more per call.
-    while i < live:
-        best = i + int(torch.argmax(scores.index_select(0, slots[i:live])))  # first highest
-        slots[i], slots[best] = slots[best].clone(), slots[i].clone()
-        top, rest = slots[i], slots[i + 1 : live]
-        if rest.numel() == 0:
-            break
-        ovr = _iou_with(
-            boxes[top],
-            areas[top],
-            boxes.index_select(0, rest),
-            areas.index_select(0, rest),
-            params.offset,
+def _soft_nms_params(
+    iou_threshold: Any, sigma: Any, min_score: Any, method: Any, offset: int
+) -> SoftNMSParams:
+    """soft_nms's parameters, checked."""
+    if not isinstance(method, str) or method not in _SOFT_NMS_METHODS:
+        raise ArgumentError(
+            f"mmcv.ops.soft_nms: method must be one of {sorted(_SOFT_NMS_METHODS)}, got {method!r}"
         )
-        rescored = scores.index_select(0, rest) * params.weights(ovr)
-        scores.index_copy_(0, rest, rescored)
-        dropped = rescored < params.min_score
-        if bool(dropped.any()):
-            rest = rest.index_select(0, _refill_order(dropped))
-            slots[i + 1 : i + 1 + rest.numel()] = rest
-            live = i + 1 + rest.numel()
-        i += 1
-    inds = slots[:live]
-    return inds, scores.index_select(0, inds)
-
-
-def _areas(boxes: Tensor, offset: int) -> Tensor:
-    """``(N,)`` areas of ``(N, 4)`` boxes whose width is ``x2 - x1 + offset``."""
-    return (boxes[:, 2] - boxes[:, 0] + offset) * (boxes[:, 3] - boxes[:, 1] + offset)
-
-
-def _iou_with(top: Tensor, top_area: Tensor, others: Tensor, areas: Tensor, offset: int) -> Tensor:
-    """``(M,)`` IoU of one box ``top`` ``(4,)`` with each of ``others`` ``(M, 4)``.
-
-    Computed as mmcv's kernels do; ``top_area`` and ``areas`` are the boxes' areas
-    with the same ``offset``.
-    """
-    lt = torch.maximum(top[:2], others[:, :2])
-    rb = torch.minimum(top[2:], others[:, 2:])
-    wh = (rb - lt + offset).clamp(min=0)
-    inter = wh[:, 0] * wh[:, 1]
-    return inter / (top_area + areas - inter)
-
-
-def _refill_order(dropped: Tensor) -> Tensor:
-    """Where mmcv's kernel leaves the kept boxes after dropping some.
-
-    The kernel walks the slots forward and overwrites each dropped box with the
-    last live box (dropping that one too if it is also dropped). So the kept boxes
-    among the first ``m`` slots stay, and the holes there are filled, left to
-    right, with the kept boxes beyond slot ``m`` taken from the end.
-
-    Args:
-        dropped: ``(L,)`` bool, per slot.
-
-    Returns:
-        ``(m,)`` long: for each final slot, the slot its box came from.
-    """
-    kept = ~dropped
-    m = int(kept.sum())
-    slot = torch.arange(dropped.numel())
-    order = slot[:m].clone()
-    order[dropped[:m]] = slot[m:][kept[m:]].flip(0)
-    return order
+    iou_threshold = fraction("soft_nms", "iou_threshold", iou_threshold)
+    sigma = real_number("soft_nms", "sigma", sigma)
+    if method == "gaussian" and not 0 < sigma < float("inf"):
+        raise ValueError(
+            "mmcv.ops.soft_nms: sigma must be above 0 and finite for method='gaussian', "
+            f"got {sigma!r}"
+        )
+    min_score = finite_number("soft_nms", "min_score", min_score)
+    return SoftNMSParams(iou_threshold, sigma, min_score, method, int(offset))
 
 
 def batched_nms(
@@ -351,10 +258,11 @@ def batched_nms(
     """NMS within each class (``idxs``), in one call.
 
     Boxes of different classes are moved apart (class ``c`` by ``c * (max + 1)``,
-    ``max`` the largest coordinate) so that one NMS keeps them independent. With
-    ``split_thr`` boxes or more, NMS runs class by class instead, as in mmcv
+    ``max`` the largest finite coordinate) so that one NMS keeps them independent.
+    With ``split_thr`` boxes or more, NMS runs class by class instead, as in mmcv
     always by ``idxs``, even with ``class_agnostic``. Equal scores come out in
-    input order. No boxes give no boxes (where mmcv fails on the max of none).
+    input order, NaN scores last (as ``-inf``). No boxes give no boxes (where mmcv
+    fails on the max of none).
 
     Args:
         boxes: ``(N, 4)`` float, ``x1, y1, x2, y2``; or with ``type``
@@ -362,7 +270,7 @@ def batched_nms(
             their centres); or with ``type`` ``"nms_quadri"``, ``(N, 8)``
             quadrilaterals (every vertex moves).
         scores: ``(N,)`` float.
-        idxs: ``(N,)`` int, the class of each box.
+        idxs: ``(N,)`` int (or float), the class of each box.
         nms_cfg: ``None`` to skip NMS (all boxes, sorted by score), or a dict:
             ``type`` (``"nms"``, the default, ``"soft_nms"``, ``"nms_rotated"`` or
             ``"nms_quadri"``),
@@ -376,49 +284,38 @@ def batched_nms(
         highest first; and ``keep`` ``(K,)`` long: their indices in ``boxes``.
 
     Raises:
-        ValueError: An unknown ``type``, or bad shapes (4 columns, 5 for
-            ``nms_rotated``, 8 for ``nms_quadri``).
+        TypeError: Bad types or dtypes (a bool ``idxs``), or an ``nms_cfg`` key
+            that its op does not take.
+        ValueError: An unknown ``type``, a missing ``iou_threshold``, bad values,
+            devices or shapes (4 columns, 5 for ``nms_rotated``, 8 for ``nms_quadri``).
     """
     if nms_cfg is None:
-        scores, inds = torch.sort(scores, descending=True, stable=True)
-        return torch.cat([boxes[inds], scores[:, None]], -1), inds
+        check_batched(boxes, scores, idxs, None)
+        inds = descending(scores)
+        return torch.cat([boxes[inds], scores[inds][:, None]], -1), inds
+    if not isinstance(nms_cfg, Mapping):
+        raise TypeError(
+            f"mmcv.ops.batched_nms: nms_cfg must be a dict or None, got {type(nms_cfg).__name__}"
+        )
     cfg = dict(nms_cfg)
     class_agnostic = cfg.pop("class_agnostic", class_agnostic)
     nms_type = cfg.pop("type", "nms")
     nms_op = _nms_op(nms_type)
-    _check_batched(boxes, scores, idxs, nms_type)
-    boxes_for_nms = boxes if class_agnostic else _move_classes_apart(boxes, idxs)
-    split_thr = cfg.pop("split_thr", 10000)
+    check_batched(boxes, scores, idxs, nms_type)
+    split_thr = real_number("batched_nms", "nms_cfg['split_thr']", cfg.pop("split_thr", 10000))
+    check_nms_cfg(nms_type, nms_op, cfg)
+    boxes_for_nms = boxes if class_agnostic else move_classes_apart(boxes, idxs)
     if boxes_for_nms.shape[0] < split_thr:
         dets, keep = nms_op(boxes_for_nms, scores, **cfg)
         kept_boxes, kept_scores = boxes.index_select(0, keep), dets[:, -1].to(scores.dtype)
+    elif nms_op is nms:
+        keep = nms_per_class(boxes_for_nms, scores, idxs, cfg)
+        kept_boxes, kept_scores = boxes.index_select(0, keep), scores.index_select(0, keep)
     else:
-        kept_boxes, kept_scores, keep = _nms_class_by_class(
+        kept_boxes, kept_scores, keep = nms_class_by_class(
             boxes, boxes_for_nms, scores, idxs, nms_op, cfg
         )
     return torch.cat([kept_boxes, kept_scores[:, None]], -1), keep
-
-
-def _check_batched(boxes: Tensor, scores: Tensor, idxs: Tensor, nms_type: str) -> None:
-    for name, value in (("boxes", boxes), ("scores", scores), ("idxs", idxs)):
-        if not isinstance(value, Tensor):
-            raise TypeError(
-                f"mmcv.ops.batched_nms: {name} must be a torch.Tensor, got {type(value).__name__}"
-            )
-    columns = _BOX_COLUMNS[nms_type]
-    if boxes.dim() != 2 or boxes.shape[1] != columns:
-        kind = f"nms_cfg type {nms_type!r}" if columns > 4 else "this nms_cfg type"
-        raise ValueError(
-            f"mmcv.ops.batched_nms: boxes must have shape (N, {columns}) for {kind}, "
-            f"got {tuple(boxes.shape)}"
-        )
-    n = boxes.shape[0]
-    for name, value in (("scores", scores), ("idxs", idxs)):
-        if value.shape != (n,):
-            raise ValueError(
-                f"mmcv.ops.batched_nms: {name} must have shape (N,) = ({n},), "
-                f"got {tuple(value.shape)}"
-            )
 
 
 def _nms_op(name: str) -> Callable[..., Tuple[Tensor, Tensor]]:
@@ -435,63 +332,17 @@ def _nms_op(name: str) -> Callable[..., Tuple[Tensor, Tensor]]:
     raise ValueError(f"mmcv.ops.batched_nms: nms_cfg['type'] must be {supplied}, got {name!r}")
 
 
-def _move_classes_apart(boxes: Tensor, idxs: Tensor) -> Tensor:
-    """``boxes`` shifted by ``idxs * (max coordinate + 1)``, so that classes never overlap.
-
-    Rotated boxes move by their centres, the max coordinate taken as mmcv does:
-    ``max(x, y) + max(w, h)``; quadrilaterals move every vertex, as boxes do.
-    """
-    if boxes.shape[0] == 0:  # mmcv fails on the max of no boxes; there is nothing to move
-        return boxes
-    # float16 would overflow at a few classes of large images; the NMS runs in float32 anyway.
-    moved = boxes.float() if boxes.dtype in (torch.float16, torch.bfloat16) else boxes
-    if moved.shape[1] == 5:
-        offsets = idxs.to(moved) * (moved[:, :2].max() + moved[:, 2:4].max() + 1)
-        return torch.cat((moved[:, :2] + offsets[:, None], moved[:, 2:]), 1)
-    offsets = idxs.to(moved) * (moved.max() + 1)
-    return moved + offsets[:, None]
-
-
-def _nms_class_by_class(
-    boxes: Tensor,
-    boxes_for_nms: Tensor,
-    scores: Tensor,
-    idxs: Tensor,
-    nms_op: Callable[..., Tuple[Tensor, Tensor]],
-    cfg: Dict[str, Any],
-) -> Tuple[Tensor, Tensor, Tensor]:
-    """mmcv's ``split_thr`` branch: one NMS per class, merged and sorted by score.
-
-    Returns:
-        The kept ``(K, 4)`` boxes, ``(K,)`` scores after NMS and ``(K,)`` indices.
-    """
-    cfg = dict(cfg)
-    max_num = cfg.pop("max_num", -1)
-    kept = scores.new_zeros(scores.shape, dtype=torch.bool)
-    # soft_nms lowers the scores it keeps: the merged result sorts by those.
-    scores_after = scores.new_zeros(scores.shape)
-    for cls in torch.unique(idxs):
-        members = torch.nonzero(idxs == cls).view(-1)
-        dets, keep = nms_op(boxes_for_nms[members], scores[members], **cfg)
-        kept[members[keep]] = True
-        scores_after[members[keep]] = dets[:, -1].to(scores_after.dtype)
-    keep = torch.nonzero(kept).view(-1)
-    kept_scores, order = torch.sort(scores_after[keep], descending=True, stable=True)
-    keep = keep[order]
-    if max_num > 0:
-        keep, kept_scores = keep[:max_num], kept_scores[:max_num]
-    return boxes[keep], kept_scores, keep
-
-
 def nms_match(dets: ArrayLike, iou_threshold: float) -> List[ArrayLike]:
     """Group boxes by NMS: each kept box with the boxes it suppresses.
 
     Like :func:`nms`, but a box whose IoU with a kept box is at least (``>=``)
     ``iou_threshold`` joins that box's group. Areas have no offset, as in mmcv.
+    A NaN score ranks as ``-inf`` (after every other score); a box with a NaN
+    coordinate joins no group but its own (its IoU is NaN).
 
     Args:
         dets: ``(N, 5)`` float tensor or array, ``x1, y1, x2, y2, score``.
-        iou_threshold: IoU from which a box joins a kept box's group.
+        iou_threshold: IoU from which a box joins a kept box's group, in ``[0, 1]``.
 
     Returns:
         One ``(G,)`` long index array per kept box, in the order kept (highest
@@ -500,23 +351,26 @@ def nms_match(dets: ArrayLike, iou_threshold: float) -> List[ArrayLike]:
         ``dets`` is a tensor, else numpy ``int`` arrays.
 
     Raises:
-        TypeError, ValueError: ``dets`` is not a float ``(N, 5)`` tensor or array.
+        TypeError: ``dets`` is not a float tensor or array.
+        ValueError: ``dets`` is not ``(N, 5)`` (``ArgumentError``, an
+            ``AssertionError`` too, as mmcv asserts it), or a bad ``iou_threshold``.
     """
     if not isinstance(dets, (Tensor, np.ndarray)):
         raise TypeError(
             "mmcv.ops.nms_match: dets must be a torch.Tensor or a numpy.ndarray, "
             f"got {type(dets).__name__}"
         )
+    iou_threshold = fraction("nms_match", "iou_threshold", iou_threshold)
     groups: List[List[int]] = []
     if dets.shape[0] != 0:
         if dets.ndim != 2 or dets.shape[1] != 5:
-            raise ValueError(
+            raise ArgumentError(
                 f"mmcv.ops.nms_match: dets must have shape (N, 5), got {tuple(dets.shape)}"
             )
         dets_t = dets.detach().cpu() if isinstance(dets, Tensor) else torch.from_numpy(dets)
         if not dets_t.is_floating_point():
             raise TypeError(f"mmcv.ops.nms_match: dets must be floating point, got {dets_t.dtype}")
-        groups = _match_groups(dets_t.to(float_compute_dtype(dets_t.dtype)), float(iou_threshold))
+        groups = _match_groups(dets_t.to(float_compute_dtype(dets_t.dtype)), iou_threshold)
     if isinstance(dets, Tensor):
         return [dets.new_tensor(g, dtype=torch.long) for g in groups]
     return [np.array(g, dtype=int) for g in groups]
@@ -524,9 +378,9 @@ def nms_match(dets: ArrayLike, iou_threshold: float) -> List[ArrayLike]:
 
 def _match_groups(dets: Tensor, iou_threshold: float) -> List[List[int]]:
     """mmcv's ``nms_match_cpu`` on ``(N, 5)`` CPU dets: the groups, as index lists."""
-    order = _descending(dets[:, 4])
+    order = descending(dets[:, 4])
     boxes = dets[order, :4]  # in score order from here on
-    areas = _areas(boxes, 0)
+    areas = box_areas(boxes, 0)
     n = boxes.shape[0]
     suppressed = torch.zeros(n, dtype=torch.bool)
     is_suppressed = suppressed.numpy()  # a view, for cheap per-box reads
@@ -535,7 +389,7 @@ def _match_groups(dets: Tensor, iou_threshold: float) -> List[List[int]]:
     for p in range(n):
         if is_suppressed[p]:
             continue
-        ovr = _iou_with(boxes[p], areas[p], boxes[p + 1 :], areas[p + 1 :], 0)
+        ovr = pair_iou(boxes[p], areas[p], boxes[p + 1 :], areas[p + 1 :], 0)
         hits = torch.nonzero((ovr >= iou_threshold) & ~suppressed[p + 1 :]).view(-1) + (p + 1)
         suppressed.index_fill_(0, hits, True)
         groups.append([order_list[p]] + order.index_select(0, hits).tolist())

@@ -127,6 +127,30 @@ def test_bad_input() -> None:
         bbox_overlaps(b, b.double())
 
 
+def test_asserted_arguments_are_assertion_errors_too() -> None:
+    # mmcv asserts mode, offset, the shapes and the aligned counts: code written
+    # against it catches AssertionError.
+    b = torch.tensor([[0.0, 0, 1, 1]])
+    for kwargs in (dict(mode="giou"), dict(offset=2), dict(offset=True), dict(aligned=True)):
+        other = b.repeat(2, 1) if kwargs.get("aligned") else b
+        with pytest.raises(AssertionError, match=r"mmcv\.ops\.bbox_overlaps: "):
+            bbox_overlaps(b, other, **kwargs)
+    with pytest.raises(AssertionError, match="bboxes1 must have shape"):
+        bbox_overlaps(torch.zeros(2, 3), b)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_non_finite_boxes(device: str) -> None:
+    nan, inf = float("nan"), float("inf")
+    b1 = torch.tensor([[0.0, 0, 2, 2], [0, 0, nan, 2], [0, 0, inf, 2]], device=device)
+    b2 = torch.tensor([[1.0, 1, 3, 3], [0, 0, inf, 2]], device=device)
+    got = bbox_overlaps(b1, b2).cpu()
+    want = ref_overlaps(b1.cpu(), b2.cpu(), "iou", False, 0).float()
+    torch.testing.assert_close(got, want, equal_nan=True)
+    assert got[1].isnan().all()  # a NaN coordinate: NaN with every box
+    assert got[2, 0] == 0 and got[2, 1].isnan()  # inf: 2 / inf, inf / (inf + inf - inf)
+
+
 def test_signature_matches_mmcv() -> None:
     import ast
     import inspect

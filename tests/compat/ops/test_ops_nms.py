@@ -1,16 +1,14 @@
-"""mmpar.compat.ops.nms against plain-loop references written from mmcv's kernels.
+"""mmpar.compat.ops.nms (nms, batched_nms, nms_match) against plain-loop references.
 
 Ties: mmcv sorts the scores with an unstable sort, so its order among equal
 scores is unspecified. mmpar pins it, and these tests assert it: ``nms``,
 ``nms_match`` and ``batched_nms`` visit equal scores in input order (lower index
-first) on every device; ``soft_nms`` takes, among equal scores, the box that
-mmcv's kernel finds first in its array after its swaps and refills (replayed
-literally by ``ref_soft_nms``).
+first) on every device. soft_nms: ``test_ops_soft_nms.py``; bad input and
+non-finite values: ``test_ops_nms_inputs.py``.
 """
 
 from __future__ import annotations
 
-import math
 import warnings
 from typing import List, Tuple
 
@@ -20,108 +18,17 @@ import torch
 
 from mmpar.compat.ops.backend import UnsupportedOpError
 from mmpar.compat.ops.nms import batched_nms, nms, nms_match, soft_nms
-from tests.compat.ops._reference import DEVICES, HALF_DTYPES, box_overlap
+from tests.compat.ops._nms_reference import (
+    MMCV_BOXES,
+    MMCV_SCORES,
+    random_boxes,
+    ref_nms,
+    ref_nms_match,
+    ref_soft_nms,
+)
+from tests.compat.ops._reference import DEVICES, HALF_DTYPES
 
 pytest.importorskip("torchvision")
-
-
-# mmcv's own test case (tests/test_ops/test_nms.py) and the numbers its kernels give.
-MMCV_BOXES = np.array(
-    [[6.0, 3.0, 8.0, 7.0], [3.0, 6.0, 9.0, 11.0], [3.0, 7.0, 10.0, 12.0], [1.0, 4.0, 13.0, 7.0]],
-    dtype=np.float32,
-)
-MMCV_SCORES = np.array([0.6, 0.9, 0.7, 0.2], dtype=np.float32)
-
-
-# ---------------------------------------------------------------- references
-
-
-def ref_nms(boxes: List[List[float]], scores: List[float], thr: float) -> List[int]:
-    """Greedy NMS; equal scores in input order (Python's sort is stable)."""
-    order = sorted(range(len(scores)), key=lambda i: -scores[i])
-    keep: List[int] = []
-    for i in order:
-        if all(not box_overlap(boxes[k], boxes[i]) > thr for k in keep):
-            keep.append(i)
-    return keep
-
-
-def ref_soft_nms(
-    boxes: np.ndarray,
-    scores: np.ndarray,
-    thr: float,
-    sigma: float,
-    min_score: float,
-    method: str,
-    offset: int = 0,
-) -> Tuple[List[int], List[float]]:
-    """mmcv's softnms_cpu, one box at a time, in float32, with its swaps and refills."""
-    f = np.float32
-    x = [[f(v) for v in row] for row in boxes]
-    sc = [f(v) for v in scores]
-    ar = [(b[2] - b[0] + f(offset)) * (b[3] - b[1] + f(offset)) for b in x]
-    ind = list(range(len(x)))
-    n, i = len(x), 0
-    taken: List[float] = []
-    while i < n:
-        best = i
-        for p in range(i + 1, n):
-            if sc[best] < sc[p]:
-                best = p
-        for arr in (x, sc, ar, ind):
-            arr[i], arr[best] = arr[best], arr[i]
-        taken.append(float(sc[i]))
-        p = i + 1
-        while p < n:
-            w = max(f(0), min(x[i][2], x[p][2]) - max(x[i][0], x[p][0]) + f(offset))
-            h = max(f(0), min(x[i][3], x[p][3]) - max(x[i][1], x[p][1]) + f(offset))
-            inter = w * h
-            with np.errstate(invalid="ignore", divide="ignore"):
-                ovr = inter / (ar[i] + ar[p] - inter)
-            weight = f(1)
-            if method == "naive" and ovr >= f(thr):
-                weight = f(0)
-            elif method == "linear" and ovr >= f(thr):
-                weight = f(1) - ovr
-            elif method == "gaussian":
-                weight = f(math.exp(-float(ovr * ovr) / sigma))
-            sc[p] = sc[p] * weight
-            if sc[p] < f(min_score):
-                for arr in (x, sc, ar, ind):
-                    arr[p] = arr[n - 1]
-                n -= 1
-                p -= 1
-            p += 1
-        i += 1
-    return ind[:n], taken[:n]
-
-
-def ref_nms_match(dets: List[List[float]], thr: float) -> List[List[int]]:
-    order = sorted(range(len(dets)), key=lambda i: -dets[i][4])
-    suppressed = set()
-    groups = []
-    for pos, i in enumerate(order):
-        if i in suppressed:
-            continue
-        group = [i]
-        for j in order[pos + 1 :]:
-            if j not in suppressed and box_overlap(dets[i], dets[j]) >= thr:
-                suppressed.add(j)
-                group.append(j)
-        groups.append(group)
-    return groups
-
-
-def random_boxes(n: int, seed: int, size: float = 50.0) -> Tuple[torch.Tensor, torch.Tensor]:
-    """``n`` clustered boxes (many overlaps) and distinct scores."""
-    g = torch.Generator().manual_seed(seed)
-    centers = torch.rand(max(n // 4, 1), 2, generator=g) * size
-    xy = centers[torch.randint(0, centers.shape[0], (n,), generator=g)]
-    xy = xy + torch.randn(n, 2, generator=g) * 2
-    wh = torch.rand(n, 2, generator=g) * 10 + 2
-    boxes = torch.cat([xy, xy + wh], 1)
-    scores = torch.rand(n, generator=g)
-    return boxes, scores
 
 
 # ---------------------------------------------------------------- nms
@@ -276,108 +183,6 @@ def test_nms_refusals_and_bad_input() -> None:
         nms(boxes.tolist(), scores, 0.3)
     with pytest.raises(TypeError, match="scores must be floating point, got torch.int64"):
         nms(boxes, torch.arange(4), 0.3)
-
-
-# ---------------------------------------------------------------- soft_nms
-
-MMCV_SOFT = {  # mmcv's test: iou_threshold=0.3, sigma=0.5, min_score=0.01
-    "linear": ([1, 0, 2, 3], [0.9, 0.6, 0.29024392, 0.2]),
-    "gaussian": ([1, 0, 2, 3], [0.9, 0.59630775, 0.35275510, 0.18650459]),
-    "naive": ([1, 0, 3], [0.9, 0.6, 0.2]),
-}
-
-
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("method", sorted(MMCV_SOFT))
-def test_soft_nms_mmcv_case(device: str, method: str) -> None:
-    boxes = torch.from_numpy(MMCV_BOXES).to(device)
-    scores = torch.from_numpy(MMCV_SCORES).to(device)
-    dets, inds = soft_nms(boxes, scores, 0.3, sigma=0.5, min_score=0.01, method=method)
-    assert dets.device.type == inds.device.type == device
-    want_inds, want_scores = MMCV_SOFT[method]
-    assert inds.tolist() == want_inds
-    torch.testing.assert_close(dets[:, :4].cpu(), torch.from_numpy(MMCV_BOXES)[want_inds])
-    torch.testing.assert_close(dets[:, 4].cpu(), torch.tensor(want_scores))
-
-
-def test_soft_nms_docstring_example() -> None:
-    boxes = np.array(
-        [[4, 3, 5, 3], [4, 3, 5, 4], [3, 1, 3, 1], [3, 1, 3, 1], [3, 1, 3, 1], [3, 1, 3, 1]],
-        dtype=np.float32,
-    )
-    scores = np.array([0.9, 0.9, 0.5, 0.5, 0.4, 0.0], dtype=np.float32)
-    dets, inds = soft_nms(boxes, scores, 0.6, sigma=0.5)
-    assert isinstance(dets, np.ndarray) and len(inds) == len(dets) == 5
-
-
-@pytest.mark.parametrize("method", ["naive", "linear", "gaussian"])
-@pytest.mark.parametrize("offset", [0, 1])
-@pytest.mark.parametrize("min_score", [1e-3, 0.3])
-def test_soft_nms_matches_reference(method: str, offset: int, min_score: float) -> None:
-    boxes, scores = random_boxes(40, seed=7 + offset)
-    dets, inds = soft_nms(boxes, scores, 0.3, 0.5, min_score, method, offset)
-    ref_inds, ref_scores = ref_soft_nms(
-        boxes.numpy(), scores.numpy(), 0.3, 0.5, min_score, method, offset
-    )
-    assert inds.tolist() == ref_inds
-    torch.testing.assert_close(dets[:, 4], torch.tensor(ref_scores), rtol=1e-5, atol=1e-6)
-    assert torch.equal(dets[:, :4], boxes[inds])
-
-
-def test_soft_nms_ties_follow_the_kernels_refills() -> None:
-    # Disjoint boxes. Box 1 drops below min_score when box 0 is taken, and the kernel
-    # refills its slot with the last box (4), which then comes first among the 0.5s.
-    boxes = torch.tensor([[10.0 * k, 0, 10.0 * k + 5, 5] for k in range(5)])
-    scores = torch.tensor([0.9, 1e-4, 0.5, 0.5, 0.5])
-    _, inds = soft_nms(boxes, scores)
-    ref, _ = ref_soft_nms(boxes.numpy(), scores.numpy(), 0.3, 0.5, 1e-3, "linear")
-    assert inds.tolist() == ref == [0, 4, 2, 3]
-    # Many equal scores, overlaps and drops.
-    boxes, _ = random_boxes(60, seed=8)
-    scores = torch.tensor([0.2, 0.5, 0.5, 0.9] * 15)
-    for method in ("naive", "linear"):
-        _, inds = soft_nms(boxes, scores, 0.2, min_score=0.15, method=method)
-        ref, _ = ref_soft_nms(boxes.numpy(), scores.numpy(), 0.2, 0.5, 0.15, method)
-        assert inds.tolist() == ref
-
-
-def test_soft_nms_keeps_the_first_box_whatever_its_score() -> None:
-    one = torch.tensor([[0.0, 0, 1, 1]])
-    assert soft_nms(one, torch.tensor([1e-5]))[1].tolist() == [0]
-    two = torch.tensor([[0.0, 0, 1, 1], [5, 5, 6, 6]])
-    assert soft_nms(two, torch.tensor([1e-5, 1e-6]))[1].tolist() == [0]
-
-
-@pytest.mark.parametrize("device", DEVICES)
-def test_soft_nms_empty_and_numpy(device: str) -> None:
-    dets, inds = soft_nms(torch.zeros(0, 4, device=device), torch.zeros(0, device=device))
-    assert dets.shape == (0, 5) and inds.shape == (0,) and inds.dtype == torch.long
-    assert dets.device.type == device
-    dets, inds = soft_nms(np.zeros((0, 4), np.float32), np.zeros(0, np.float32))
-    assert isinstance(dets, np.ndarray) and dets.shape == (0, 5)
-    dets, inds = soft_nms(MMCV_BOXES, MMCV_SCORES, 0.3, min_score=0.01)
-    assert isinstance(inds, np.ndarray) and inds.tolist() == [1, 0, 2, 3]
-
-
-@pytest.mark.parametrize("dtype", HALF_DTYPES)
-def test_soft_nms_half(dtype: torch.dtype) -> None:
-    boxes, scores = random_boxes(30, seed=9)
-    boxes, scores = boxes.to(dtype), scores.to(dtype)
-    dets, inds = soft_nms(boxes, scores, method="gaussian")
-    assert dets.dtype == dtype
-    ref_dets, ref_inds = soft_nms(boxes.float(), scores.float(), method="gaussian")
-    assert torch.equal(inds, ref_inds)
-    torch.testing.assert_close(dets, ref_dets.to(dtype))
-
-
-def test_soft_nms_bad_input() -> None:
-    boxes, scores = torch.from_numpy(MMCV_BOXES), torch.from_numpy(MMCV_SCORES)
-    with pytest.raises(ValueError, match="method must be one of .*got 'hard'"):
-        soft_nms(boxes, scores, method="hard")
-    with pytest.raises(ValueError, match="offset must be 0 or 1, got -1"):
-        soft_nms(boxes, scores, offset=-1)
-    with pytest.raises(ValueError, match=r"mmcv\.ops\.soft_nms: boxes must have shape"):
-        soft_nms(boxes[:, :3], scores)
 
 
 # ---------------------------------------------------------------- batched_nms

@@ -1,0 +1,159 @@
+"""Which axis-aligned rectangles intersect given ones, without comparing every pair.
+
+Not an mmcv module: :mod:`mmpar.compat.ops.soft_nms_rounds` finds with it the
+boxes whose IoU with a box can change a score.
+
+The rectangles are grouped by size (the longer side, in powers of 2). Within a
+group they are cut by horizontal strips about as high as the group's median
+rectangle (a rectangle is listed once in each strip it crosses) and sorted by
+left edge within a strip. A query looks, in each strip it crosses, at the
+rectangles that start between its left edge less the group's widest rectangle
+and its right edge; a pair met in several strips counts in the first strip the
+two share. The work grows with the rectangles near each query, not with the
+count.
+"""
+
+from __future__ import annotations
+
+from typing import List, Tuple
+
+import torch
+from torch import Tensor
+
+__all__ = ["RectangleIndex"]
+
+#: Candidate pairs generated at once.
+_CHUNK = 1 << 20
+
+
+def _size_class(xl: Tensor, yl: Tensor, xr: Tensor, yr: Tensor) -> Tensor:
+    side = torch.maximum(xr - xl, yr - yl).clamp(min=1e-30)
+    return torch.floor(torch.log2(side)).long()
+
+
+class _Strips:
+    """One size group: rectangles ``ids`` of the index, in strips sorted by left edge."""
+
+    def __init__(self, ids: Tensor, xl: Tensor, yl: Tensor, xr: Tensor, yr: Tensor) -> None:
+        n = ids.numel()
+        self.ids, self.xl, self.yl, self.xr, self.yr = ids, xl, yl, xr, yr
+        self.y0 = yl.min()
+        extent = float(yr.max() - self.y0)
+        # Strips no lower than the median rectangle, and not more than ~4 sqrt(n) of them.
+        self.height = max(
+            float((yr - yl).median()), extent / (4 * n**0.5 + 1), 1e-12 * (extent + 1)
+        )
+        self.first = self.strip(yl)
+        span = self.strip(yr) - self.first + 1
+        box = torch.repeat_interleave(torch.arange(n), span)
+        start = torch.cumsum(span, 0) - span
+        strip = self.first.index_select(0, box) + torch.arange(box.numel()) - start[box]
+        by_left = torch.argsort(xl, stable=True)
+        self.left_sorted = xl.index_select(0, by_left)
+        rank = torch.empty_like(by_left)
+        rank[by_left] = torch.arange(n)
+        self.span = n + 1
+        # One sort key: strip, then left edge (as a rank, so the key is an exact integer).
+        self.key, perm = torch.sort(strip * self.span + rank.index_select(0, box))
+        self.box = box.index_select(0, perm)
+        # The entries' edges and first strips, in entry order (the scans read runs of them).
+        self.e_xr, self.e_yl, self.e_yr, self.e_first = (
+            t.index_select(0, self.box) for t in (xr, yl, yr, self.first)
+        )
+        self.strips = int(strip.max()) + 1
+        self.widest = float((xr - xl).max())
+
+    def strip(self, y: Tensor) -> Tensor:
+        """The strip of each ``y``: -1 above the first, clipped below the last."""
+        last = float(getattr(self, "strips", 1 << 40))
+        return torch.floor((y - self.y0) / self.height).clamp(min=-1, max=last).long()
+
+    def intersecting(
+        self, qxl: Tensor, qyl: Tensor, qxr: Tensor, qyr: Tensor
+    ) -> Tuple[Tensor, Tensor]:
+        """``(k, r)``: query ``k`` (a position in the query tensors) meets rectangle ``ids[r]``."""
+        first = self.strip(qyl).clamp(min=0)
+        last = self.strip(qyr).clamp(max=self.strips - 1)
+        span = (last - first + 1).clamp(min=0)
+        k = torch.repeat_interleave(torch.arange(qxl.numel()), span)
+        start = torch.cumsum(span, 0) - span
+        strip = torch.repeat_interleave(first - start, span) + torch.arange(k.numel())
+        # Rectangles of the strip that start in [xl - widest, xr].
+        lo_rank = torch.searchsorted(self.left_sorted, qxl.index_select(0, k) - self.widest)
+        hi_rank = torch.searchsorted(self.left_sorted, qxr.index_select(0, k), right=True)
+        lo = torch.searchsorted(self.key, strip * self.span + lo_rank)
+        counts = torch.searchsorted(self.key, strip * self.span + hi_rank) - lo
+        # Per (query, strip): the query's left edge, vertical extent and first strip.
+        qx, qy0, qy1, qf = (t.index_select(0, k) for t in (qxl, qyl, qyr, first))
+        found_k: List[Tensor] = [k[:0]]
+        found_r: List[Tensor] = [k[:0]]
+        bounds = torch.cumsum(counts, 0)
+        e0 = 0
+        while e0 < counts.numel():
+            e1 = int(torch.searchsorted(bounds, bounds[e0] - counts[e0] + _CHUNK, right=True))
+            e1 = max(e1, e0 + 1)
+            c = counts[e0:e1]
+            at = torch.arange(int(c.sum())) + torch.repeat_interleave(
+                lo[e0:e1] - (torch.cumsum(c, 0) - c), c
+            )
+            kk = torch.repeat_interleave(k[e0:e1], c)
+            # Each entry's query and strip, repeated over its run of candidates.
+            rep = [torch.repeat_interleave(t[e0:e1], c) for t in (qx, qy0, qy1, qf, strip)]
+            keep = self.e_xr.index_select(0, at) >= rep[0]
+            keep &= self.e_yl.index_select(0, at) <= rep[2]
+            keep &= rep[1] <= self.e_yr.index_select(0, at)
+            # Counted in the first strip both cross.
+            keep &= rep[4] == torch.maximum(self.e_first.index_select(0, at), rep[3])
+            pick = torch.nonzero(keep).squeeze(1)
+            found_k.append(kk.index_select(0, pick))
+            found_r.append(self.box.index_select(0, at.index_select(0, pick)))
+            e0 = e1
+        return torch.cat(found_k), torch.cat(found_r)
+
+
+class RectangleIndex:
+    """Closed rectangles ``[xl, xr] x [yl, yr]``, indexed for :meth:`intersecting`.
+
+    Args:
+        xl, yl, xr, yr: ``(n,)`` finite float64 edges, ``xl <= xr``, ``yl <= yr``.
+    """
+
+    def __init__(self, xl: Tensor, yl: Tensor, xr: Tensor, yr: Tensor) -> None:
+        self.xl, self.yl, self.xr, self.yr = xl, yl, xr, yr
+        self.size = _size_class(xl, yl, xr, yr)
+        self.groups: List[Tuple[int, _Strips]] = []
+        for c in torch.unique(self.size).tolist():
+            ids = torch.nonzero(self.size == c).squeeze(1)
+            edges = (t.index_select(0, ids) for t in (xl, yl, xr, yr))
+            self.groups.append((c, _Strips(ids, *edges)))
+
+    def intersecting(self, query: Tensor, size_ratio: float = 0.0) -> Tuple[Tensor, Tensor]:
+        """The pairs ``(q, r)``, ``q`` in ``query``, ``r != q``, of rectangles that intersect.
+
+        Args:
+            query: ``(Q,)`` long indices of distinct rectangles.
+            size_ratio: Skip the pairs whose longer sides differ by more than this
+                factor's inverse (0: none), by their size groups (powers of 2).
+
+        Returns:
+            ``(q, r)``: ``(P,)`` long each; every intersecting pair once per query
+            (a superset of them with ``size_ratio``).
+        """
+        found_q, found_r = [query.new_zeros(0)], [query.new_zeros(0)]
+        if query.numel() == 0:
+            return found_q[0], found_r[0]
+        qxl, qyl, qxr, qyr = (
+            t.index_select(0, query) for t in (self.xl, self.yl, self.xr, self.yr)
+        )
+        qsize = self.size.index_select(0, query)
+        reach = 1 << 40 if size_ratio <= 0 else int(torch.tensor(1 / size_ratio).log2().ceil()) + 1
+        for c, group in self.groups:
+            near = torch.nonzero((qsize - c).abs() <= reach).squeeze(1)
+            if near.numel() == 0:
+                continue
+            k, r = group.intersecting(*(t.index_select(0, near) for t in (qxl, qyl, qxr, qyr)))
+            q, r = query.index_select(0, near.index_select(0, k)), group.ids.index_select(0, r)
+            pick = torch.nonzero(q != r).squeeze(1)
+            found_q.append(q.index_select(0, pick))
+            found_r.append(r.index_select(0, pick))
+        return torch.cat(found_q), torch.cat(found_r)
