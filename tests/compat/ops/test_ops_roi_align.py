@@ -21,7 +21,13 @@ from tests.compat.ops._reference import (
 )
 
 pytest.importorskip("torchvision")
-roi_align_module = importlib.import_module("mmpar.compat.ops.roi_align")
+sampling_module = importlib.import_module("mmpar.compat.ops.roi_sampling")
+sample_pool_module = importlib.import_module("mmpar.compat.ops.roi_sample_pool")
+
+
+def _small_chunks(monkeypatch, elements: int) -> None:
+    """Search in chunks of at most ``elements`` (bins, or rows of one bin)."""
+    monkeypatch.setattr(sample_pool_module, "_SEARCH_ELEMENTS", elements)
 
 
 def _bilinear(fmap: list[list[float]], y: float, x: float) -> tuple[float, list]:
@@ -156,9 +162,9 @@ def test_max_search_in_chunks(monkeypatch):
     """rois of many grid sizes searched in several chunks give the one-chunk result."""
     inp, rois = _case("cpu", torch.float64, seed=5)
     whole = roi_align(inp, rois, (2, 3), 0.5, 0, "max", True)
-    monkeypatch.setattr(roi_align_module, "_CHUNK_ELEMENTS", 64)
-    chunks = roi_align_module.roi_chunks(
-        torch.tensor([3, 1, 2, 0, 5]), torch.tensor([1, 1, 4, 2, 2]), per_cell=6
+    _small_chunks(monkeypatch, 64)
+    chunks = sampling_module.size_groups(
+        torch.tensor([3, 1, 2, 0, 5]), torch.tensor([1, 1, 4, 2, 2]), 6, 64
     )
     assert sorted(i for idx, _, _ in chunks for i in idx.tolist()) == [0, 1, 2, 3, 4]
     assert len(chunks) > 1
@@ -266,7 +272,7 @@ def test_bad_arguments():
 def test_max_rois_without_samples(monkeypatch):
     """Zero-sized rois (aligned, adaptive grid) have no samples: 0 and no gradient, also
     when they make up a chunk of their own."""
-    monkeypatch.setattr(roi_align_module, "_CHUNK_ELEMENTS", 1)
+    _small_chunks(monkeypatch, 1)
     x = torch.randn(1, 2, 5, 5, dtype=torch.float64, requires_grad=True)
     rois = torch.tensor([[0, 1.0, 1.0, 1.0, 1.0], [0, 1.0, 1.0, 1.0, 3.0], [0, 0.0, 0.0, 3.0, 3.0]])
     out = roi_align(x, rois.double(), 2, 1.0, 0, "max", True)

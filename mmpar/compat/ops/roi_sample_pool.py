@@ -1,0 +1,350 @@
+"""Pooling over RoIAlign's sample lists (:mod:`mmpar.compat.ops.roi_sampling`).
+
+* :func:`average_of_samples`: each bin's average, for deform_roi_pool (bins moved by
+  offsets) and for rois whose grid is too large for torchvision's ``roi_align`` buffer;
+  the gradients are mmcv's, ``input``'s and ``offset``'s, and the backward pass lists the
+  samples again rather than keeping them.
+* :func:`max_of_samples`: RoIAlign's max pooling: the taps of each bin's largest sample
+  (the first of equal ones, rows first, as mmcv's kernel), then the bilinear read there,
+  through which the gradient reaches that sample's four pixels.
+
+The samples are summed by :func:`torch.nn.functional.embedding_bag` (a compiled weighted
+gather-sum over the pixel table), which may fuse a multiply and an add: an average can
+differ from mmcv's in the last bits. The max's read is mmcv's formula, in its order.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from mmpar.compat.ops.roi_sampling import (
+    Bins,
+    Taps,
+    bin_windows,
+    listed_samples,
+    pixel_table,
+    roi_bins,
+    sample_taps,
+    size_groups,
+    window_chunks,
+)
+
+__all__ = ["average_of_samples", "max_of_samples"]
+
+# Samples listed at a time (each costs some 200 bytes while its taps are worked out), and
+# elements of the max search's largest intermediate tensor (samples times channels). Small
+# enough that the allocator reuses their memory: a fresh 100 MB costs more in page faults
+# than the work done in it.
+_SAMPLES_PER_CHUNK = 1 << 15
+_SEARCH_ELEMENTS = 1 << 19
+
+
+class _AverageOfSamples(torch.autograd.Function):
+    """Each bin's average over its grid, with mmcv's gradients for ``input`` and ``offset``.
+    The backward pass lists the samples again: nothing of size samples is kept."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        input: Tensor,
+        rois: Tensor,
+        offset: Tensor | None,
+        out_size: tuple[int, int],
+        scale: float,
+        sampling_ratio: int,
+        aligned: bool,
+        gamma: float,
+    ) -> Tensor:
+        geometry = (out_size, scale, sampling_ratio, aligned, gamma)
+        bins, windows, chunks = _layout(input, rois, offset, geometry)
+        n, c, h, w = input.shape
+        table = pixel_table(input)
+        out = input.new_empty(bins.y0.numel(), c)
+        for chunk in chunks:
+            _, bag_offsets, taps = listed_samples(bins, windows, chunk, h, w, n * h * w)
+            out[chunk[0] : chunk[1]] = F.embedding_bag(
+                taps.index.reshape(-1),
+                table,
+                bag_offsets,
+                mode="sum",
+                per_sample_weights=taps.weight.reshape(-1),
+                padding_idx=n * h * w,
+            )
+        ctx.save_for_backward(input, rois, offset)
+        ctx.geometry = geometry
+        out = out / bins.count()[:, None]
+        return out.reshape(rois.shape[0], *out_size, c).permute(0, 3, 1, 2).contiguous()
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad_output: Tensor) -> tuple[Tensor | None, ...]:
+        input, rois, offset = ctx.saved_tensors
+        out_size, _, _, _, gamma = ctx.geometry
+        bins, windows, chunks = _layout(input, rois, offset, ctx.geometry)
+        n, c, h, w = input.shape
+        pad = n * h * w
+        want_input = ctx.needs_input_grad[0]
+        want_offset = offset is not None and ctx.needs_input_grad[2]
+        grad = grad_output.permute(0, 2, 3, 1).reshape(-1, c) / bins.count()[:, None]
+        table = pixel_table(input)
+        grad_table = torch.zeros_like(table) if want_input else None
+        along_x, along_y = grad.new_zeros(grad.shape[0]), grad.new_zeros(grad.shape[0])
+        for chunk in chunks:
+            sample_bin, bag_offsets, taps = listed_samples(bins, windows, chunk, h, w, pad)
+            with torch.enable_grad():
+                leaf = table.detach().requires_grad_(want_input)
+                weight = taps.weight.reshape(-1).requires_grad_(want_offset)
+                pooled = F.embedding_bag(
+                    taps.index.reshape(-1),
+                    leaf,
+                    bag_offsets,
+                    mode="sum",
+                    per_sample_weights=weight,
+                    padding_idx=pad,
+                )
+                wrt = [t for t, want in ((leaf, want_input), (weight, want_offset)) if want]
+                grads = torch.autograd.grad(pooled, wrt, grad[chunk[0] : chunk[1]])
+            if grad_table is not None:
+                grad_table += grads[0]
+            if want_offset:
+                dx, dy = _offset_terms(taps, grads[-1].reshape(-1, 4))
+                along_x[chunk[0] : chunk[1]].index_add_(0, sample_bin, dx)
+                along_y[chunk[0] : chunk[1]].index_add_(0, sample_bin, dy)
+        grad_input = grad_offset = None
+        if grad_table is not None:
+            grad_input = grad_table[:pad].reshape(n, h, w, c).permute(0, 3, 1, 2)
+        if want_offset:
+            shape = (rois.shape[0], *out_size)
+            grad_offset = torch.stack(
+                [
+                    (gamma * bins.roi_w * along_x).reshape(shape),
+                    (gamma * bins.roi_h * along_y).reshape(shape),
+                ],
+                dim=1,
+            )
+        return grad_input, None, grad_offset, None, None, None, None, None
+
+
+def _layout(
+    input: Tensor, rois: Tensor, offset: Tensor | None, geometry: tuple
+) -> tuple[Bins, tuple[Tensor, Tensor, Tensor, Tensor], list[tuple[int, int, int]]]:
+    out_size, scale, sampling_ratio, aligned, gamma = geometry
+    bins = roi_bins(rois, out_size, scale, sampling_ratio, aligned, offset, gamma)
+    windows = bin_windows(bins, input.shape[2], input.shape[3], sampling_ratio <= 0)
+    fixed = sampling_ratio**2 if sampling_ratio > 0 else None
+    return bins, windows, window_chunks(windows, fixed, _SAMPLES_PER_CHUNK)
+
+
+def _offset_terms(taps: Taps, dots: Tensor) -> tuple[Tensor, Tensor]:
+    """mmcv's offset gradient of each sample along x and y, before ``gamma * roi size``:
+    it pairs the unclamped sample with the clamped neighbours (the derivative of the
+    bilinear blend inside the map, not quite it within a pixel of the edges).
+
+    Args:
+        taps: The samples.
+        dots: ``(S, 4)`` each tap's value dotted with its bin's gradient (over channels).
+    """
+    y, x = taps.y, taps.x
+    y_lo, y_hi = taps.y_low.to(y.dtype), taps.y_high.to(y.dtype)
+    x_lo, x_hi = taps.x_low.to(x.dtype), taps.x_high.to(x.dtype)
+    g00, g01, g10, g11 = dots.unbind(1)  # (row, column): low/high
+    along_x = g11 * (y - y_lo) + g01 * (y_hi - y) + g10 * (y_lo - y) + g00 * (y - y_hi)
+    along_y = g11 * (x - x_lo) + g10 * (x_hi - x) + g01 * (x_lo - x) + g00 * (x - x_hi)
+    zero = torch.zeros_like(y)
+    return torch.where(taps.inside, along_x, zero), torch.where(taps.inside, along_y, zero)
+
+
+def average_of_samples(
+    input: Tensor,
+    rois: Tensor,
+    offset: Tensor | None,
+    out_size: tuple[int, int],
+    scale: float,
+    sampling_ratio: int,
+    aligned: bool,
+    gamma: float = 0.1,
+) -> Tensor:
+    """mmcv's RoIAlign average (``offset`` None) or deformable RoI pooling, on sample lists.
+
+    Args:
+        input: ``(N, C, H, W)`` in the compute dtype.
+        rois: ``(K, 5)``, same dtype, checked.
+        offset: ``(K, 2, PH, PW)`` or None.
+        out_size: ``(PH, PW)``.
+        scale: ``spatial_scale``.
+        sampling_ratio: ``>= 0``.
+        aligned: RoIAlign's ``aligned`` (deform_roi_pool: True).
+        gamma: The offsets' factor.
+
+    Returns:
+        ``(K, C, PH, PW)``, differentiable in ``input`` and ``offset`` (mmcv's gradients).
+    """
+    return _AverageOfSamples.apply(
+        input, rois, offset, out_size, scale, sampling_ratio, aligned, gamma
+    )
+
+
+def max_of_samples(
+    feat: Tensor,
+    rois: Tensor,
+    out_size: tuple[int, int],
+    scale: float,
+    sampling_ratio: int,
+    aligned: bool,
+) -> Tensor:
+    """RoIAlign's max pooling: each bin's largest sample (the first of equal ones, rows
+    first), mmcv's value to the bit.
+
+    Args:
+        feat: ``(N, C, H, W)`` in the compute dtype.
+        rois: ``(K, 5)``, same dtype, checked.
+        out_size: ``(PH, PW)``.
+        scale: ``spatial_scale``.
+        sampling_ratio: ``>= 0``.
+        aligned: RoIAlign's ``aligned``.
+
+    Returns:
+        ``(B, C)`` per bin (``B = K * PH * PW``) and channel; 0 where a bin's grid is
+        empty. Differentiable in ``feat``: the gradient reaches the chosen sample's taps.
+    """
+    setting = (out_size, scale, sampling_ratio, aligned)
+    keep = torch.is_grad_enabled() and feat.requires_grad  # the taps, for the backward pass
+    return _MaxOfSamples.apply(pixel_table(feat), feat.shape, rois, setting, keep)
+
+
+class _MaxOfSamples(torch.autograd.Function):
+    """The search over the pixel table; the backward pass sends each output's gradient
+    to its sample's four taps, times their weights (mmcv's)."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, table: Tensor, shape: torch.Size, rois: Tensor, setting: tuple, keep: bool
+    ) -> Tensor:
+        out_size, scale, sampling_ratio, aligned = setting
+        _, c, h, w = shape
+        bins = roi_bins(rois, out_size, scale, sampling_ratio, aligned)
+        adaptive = sampling_ratio <= 0
+        windows = bin_windows(bins, h, w, adaptive)
+        total = bins.y0.numel()
+        # The search's table has one more row, of -inf, which a padding slot reads.
+        search_table = torch.cat([table, table.new_full((1, c), float("-inf"))])
+        best = table.new_zeros((total, c))
+        if keep:
+            rows = torch.full((total, c, 4), table.shape[0] - 1, device=table.device)
+            weights = table.new_zeros((total, c, 4))
+        for idx, top_h, top_w in _groups(windows, sampling_ratio, c, total, table.device):
+            # One bin's window may exceed the budget alone: its rows are searched in pieces.
+            rows_per_piece = max(1, _SEARCH_ELEMENTS // (len(idx) * top_w * max(c, 1)))
+            for first_row in range(0, top_h, rows_per_piece):
+                piece = torch.arange(
+                    first_row, min(first_row + rows_per_piece, top_h), device=table.device
+                )
+                found = _search(bins, search_table, idx, piece, top_w, windows, (h, w), keep)
+                if first_row == 0:
+                    best[idx] = found[0]
+                    if keep:
+                        rows[idx], weights[idx] = found[1], found[2]
+                    continue
+                held = best[idx]
+                better = (found[0] > held) | (found[0].isnan() & ~held.isnan())
+                best[idx] = torch.where(better, found[0], held)
+                if keep:
+                    rows[idx] = torch.where(better[..., None], found[1], rows[idx])
+                    weights[idx] = torch.where(better[..., None], found[2], weights[idx])
+        has_samples = ((windows[1] > 0) & (windows[3] > 0))[:, None]
+        best = torch.where(has_samples, best, torch.zeros_like(best))
+        if keep:
+            ctx.save_for_backward(rows, torch.where(has_samples[..., None], weights, 0.0))
+            ctx.table_shape = table.shape
+        return best
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        rows, weights = ctx.saved_tensors
+        c = ctx.table_shape[1]
+        grad_table = grad.new_zeros(ctx.table_shape)
+        flat = rows * c + torch.arange(c, device=grad.device)[:, None]
+        grad_table.view(-1).index_add_(0, flat.reshape(-1), (grad[..., None] * weights).reshape(-1))
+        return grad_table, None, None, None, None
+
+
+def _groups(
+    windows: tuple[Tensor, Tensor, Tensor, Tensor],
+    sampling_ratio: int,
+    channels: int,
+    total: int,
+    device: torch.device,
+) -> list[tuple[Tensor, int, int]]:
+    """Bins grouped for the search: :func:`size_groups` of their windows, or with a fixed
+    ``sampling_ratio`` (every window alike) runs of bins, read back from no device."""
+    if sampling_ratio <= 0:
+        groups = size_groups(windows[1], windows[3], channels, _SEARCH_ELEMENTS)
+        return [g for g in groups if g[1] and g[2]]
+    step = max(1, _SEARCH_ELEMENTS // (sampling_ratio**2 * max(channels, 1)))
+    everything = torch.arange(total, device=device)
+    return [
+        (everything[i : i + step], sampling_ratio, sampling_ratio) for i in range(0, total, step)
+    ]
+
+
+def _search(
+    bins: Bins,
+    table: Tensor,
+    idx: Tensor,
+    rows: Tensor,
+    top_w: int,
+    windows: tuple[Tensor, Tensor, Tensor, Tensor],
+    size: tuple[int, int],
+    keep: bool,
+) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """The largest sample of bins ``idx`` among window rows ``rows``: ``(value, rows,
+    weights)``, ``(k, C)`` and, if ``keep``, its taps ``(k, C, 4)``; ``-inf`` where the bin
+    has no sample in these rows. ``table``: :func:`pixel_table`'s, then a row of -inf."""
+    y_first, y_count, x_first, x_count = windows
+    height, width = size
+    pad = table.shape[0] - 2  # the zero row; the last is -inf
+    k, c = len(idx), table.shape[1]
+    sel = idx[:, None, None]
+    row = rows[None, :, None]
+    col = torch.arange(top_w, device=idx.device)[None, None, :]
+    taps = sample_taps(bins, sel, y_first[sel] + row, x_first[sel] + col, height, width, pad)
+    index, weight = taps.index.reshape(-1, 4), taps.weight.reshape(-1, 4)
+    # A slot past its bin's window (windows of unequal sizes) reads 1 x -inf.
+    padding = ~((row < y_count[sel]) & (col < x_count[sel])).reshape(-1)
+    index[:, 0].masked_fill_(padding, pad + 1)
+    weight[:, 0].masked_fill_(padding, 1.0)
+    slots = index.shape[0]
+    # Each tap's product on its own (a product is exact either way), then mmcv's sum in
+    # its order: w1 * v1 + w2 * v2 + w3 * v3 + w4 * v4, to the bit.
+    one_each = torch.arange(slots, device=idx.device)
+    values = None
+    for t in range(4):
+        term = F.embedding_bag(
+            index[:, t].contiguous(),
+            table,
+            one_each,
+            mode="sum",
+            per_sample_weights=weight[:, t].contiguous(),
+            padding_idx=pad,
+        )
+        values = term if values is None else values.add_(term)
+    values = values.view(k, slots // k, c)
+    value = values.amax(dim=1)
+    if not keep:
+        return value, None, None
+    # The first largest, without argmax over a middle axis (slow); a NaN bin takes its last
+    # sample (its value is NaN whichever).
+    per_bin = values.shape[1]
+    rank = torch.arange(per_bin, 0, -1, device=idx.device, dtype=torch.int32)[None, :, None]
+    first = torch.where(values >= value[:, None], rank, 0).amax(dim=1)
+    arg = (per_bin - first).clamp(max=per_bin - 1).long()  # (k, C)
+    slot_of = (arg + torch.arange(k, device=idx.device)[:, None] * per_bin).reshape(-1)
+    # A -inf map may pick a padding slot: its taps are the zero row's, no gradient.
+    chosen = index[slot_of].clamp(max=pad).view(k, c, 4)
+    return value, chosen, weight[slot_of].view(k, c, 4)
