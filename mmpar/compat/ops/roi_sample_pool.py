@@ -25,11 +25,11 @@ from torch.autograd.function import once_differentiable
 from mmpar.compat.ops.roi_sampling import (
     Bins,
     Taps,
+    bilinear_taps,
     bin_windows,
     listed_samples,
     pixel_table,
     roi_bins,
-    sample_taps,
     size_groups,
     window_chunks,
 )
@@ -42,6 +42,7 @@ __all__ = ["average_of_samples", "max_of_samples"]
 # than the work done in it.
 _SAMPLES_PER_CHUNK = 1 << 15
 _SEARCH_ELEMENTS = 1 << 19
+_TAP_SLOTS = 1 << 14  # the max search's samples whose taps are worked out at once
 
 
 class _AverageOfSamples(torch.autograd.Function):
@@ -64,10 +65,10 @@ class _AverageOfSamples(torch.autograd.Function):
         bins, windows, chunks = _layout(input, rois, offset, geometry)
         n, c, h, w = input.shape
         table = pixel_table(input)
-        out = input.new_empty(bins.y0.numel(), c)
+        out = input.new_zeros(bins.y0.numel(), c)
         for chunk in chunks:
             _, bag_offsets, taps = listed_samples(bins, windows, chunk, h, w, n * h * w)
-            out[chunk[0] : chunk[1]] = F.embedding_bag(
+            out[chunk[0] : chunk[1]] += F.embedding_bag(
                 taps.index.reshape(-1),
                 table,
                 bag_offsets,
@@ -238,8 +239,12 @@ class _MaxOfSamples(torch.autograd.Function):
             rows = torch.full((total, c, 4), table.shape[0] - 1, device=table.device)
             weights = table.new_zeros((total, c, 4))
         for idx, top_h, top_w in _groups(windows, sampling_ratio, c, total, table.device):
-            # One bin's window may exceed the budget alone: its rows are searched in pieces.
-            rows_per_piece = max(1, _SEARCH_ELEMENTS // (len(idx) * top_w * max(c, 1)))
+            # The taps of a group's slots are worked out at once; a bin whose window is too
+            # large is searched a few rows at a time.
+            rows_per_piece = max(
+                1,
+                min(_TAP_SLOTS // (len(idx) * top_w), _SEARCH_ELEMENTS // (top_w * max(c, 1))),
+            )
             for first_row in range(0, top_h, rows_per_piece):
                 piece = torch.arange(
                     first_row, min(first_row + rows_per_piece, top_h), device=table.device
@@ -284,9 +289,9 @@ def _groups(
     """Bins grouped for the search: :func:`size_groups` of their windows, or with a fixed
     ``sampling_ratio`` (every window alike) runs of bins, read back from no device."""
     if sampling_ratio <= 0:
-        groups = size_groups(windows[1], windows[3], channels, _SEARCH_ELEMENTS)
+        groups = size_groups(windows[1], windows[3], 1, _TAP_SLOTS)
         return [g for g in groups if g[1] and g[2]]
-    step = max(1, _SEARCH_ELEMENTS // (sampling_ratio**2 * max(channels, 1)))
+    step = max(1, _TAP_SLOTS // sampling_ratio**2)
     everything = torch.arange(total, device=device)
     return [
         (everything[i : i + step], sampling_ratio, sampling_ratio) for i in range(0, total, step)
@@ -306,45 +311,84 @@ def _search(
     """The largest sample of bins ``idx`` among window rows ``rows``: ``(value, rows,
     weights)``, ``(k, C)`` and, if ``keep``, its taps ``(k, C, 4)``; ``-inf`` where the bin
     has no sample in these rows. ``table``: :func:`pixel_table`'s, then a row of -inf."""
-    y_first, y_count, x_first, x_count = windows
-    height, width = size
-    pad = table.shape[0] - 2  # the zero row; the last is -inf
-    k, c = len(idx), table.shape[1]
-    sel = idx[:, None, None]
-    row = rows[None, :, None]
-    col = torch.arange(top_w, device=idx.device)[None, None, :]
-    taps = sample_taps(bins, sel, y_first[sel] + row, x_first[sel] + col, height, width, pad)
-    index, weight = taps.index.reshape(-1, 4), taps.weight.reshape(-1, 4)
-    # A slot past its bin's window (windows of unequal sizes) reads 1 x -inf.
-    padding = ~((row < y_count[sel]) & (col < x_count[sel])).reshape(-1)
-    index[:, 0].masked_fill_(padding, pad + 1)
-    weight[:, 0].masked_fill_(padding, 1.0)
-    slots = index.shape[0]
-    # Each tap's product on its own (a product is exact either way), then mmcv's sum in
-    # its order: w1 * v1 + w2 * v2 + w3 * v3 + w4 * v4, to the bit.
-    one_each = torch.arange(slots, device=idx.device)
-    values = None
-    for t in range(4):
-        term = F.embedding_bag(
-            index[:, t].contiguous(),
-            table,
-            one_each,
-            mode="sum",
-            per_sample_weights=weight[:, t].contiguous(),
-            padding_idx=pad,
-        )
-        values = term if values is None else values.add_(term)
-    values = values.view(k, slots // k, c)
-    value = values.amax(dim=1)
+    index, weight = _slot_taps(bins, idx, rows, top_w, windows, size, table.shape[0] - 2)
+    k, slots, c = index.shape[0], index.shape[1], table.shape[1]
+    taps = [(index[:, :, t].contiguous(), weight[:, :, t, None]) for t in range(4)]
+    value = table.new_empty((k, c))
+    if keep:
+        chosen = torch.empty((k, c, 4), dtype=torch.long, device=table.device)
+        chosen_weight = table.new_empty((k, c, 4))
+    step = max(1, _SEARCH_ELEMENTS // (slots * max(c, 1)))  # bins whose values fit
+    term = None
+    for first in range(0, k, step):
+        end = min(first + step, k)
+        # Each tap's product on its own, then mmcv's sum in its order: w1 * v1 + w2 * v2 +
+        # w3 * v3 + w4 * v4, to the bit (embedding_bag would fuse a multiply and an add).
+        values = None
+        for tap, tap_weight in taps:
+            rows_of = tap[first:end].reshape(-1)
+            if values is None:
+                values = torch.index_select(table, 0, rows_of).mul_(
+                    tap_weight[first:end].reshape(-1, 1)
+                )
+                term = (
+                    torch.empty_like(values) if term is None or term.shape != values.shape else term
+                )
+                continue
+            torch.index_select(table, 0, rows_of, out=term)
+            values.add_(term.mul_(tap_weight[first:end].reshape(-1, 1)))
+        values = values.view(end - first, slots, c)
+        value[first:end] = values.amax(dim=1)
+        if not keep:
+            continue
+        # The first largest, without argmax over a middle axis (slow); a NaN bin takes its
+        # last sample (its value is NaN whichever).
+        rank = torch.arange(slots, 0, -1, device=idx.device, dtype=torch.int32)[None, :, None]
+        first_hit = torch.where(values >= value[first:end, None], rank, 0).amax(dim=1)
+        arg = (slots - first_hit).clamp(max=slots - 1).long()  # (k', C)
+        pick = arg[:, :, None].expand(-1, -1, 4)
+        # A -inf map may pick a padding slot: its taps are the zero row's, no gradient.
+        chosen[first:end] = index[first:end].gather(1, pick).clamp(max=table.shape[0] - 2)
+        chosen_weight[first:end] = weight[first:end].gather(1, pick)
     if not keep:
         return value, None, None
-    # The first largest, without argmax over a middle axis (slow); a NaN bin takes its last
-    # sample (its value is NaN whichever).
-    per_bin = values.shape[1]
-    rank = torch.arange(per_bin, 0, -1, device=idx.device, dtype=torch.int32)[None, :, None]
-    first = torch.where(values >= value[:, None], rank, 0).amax(dim=1)
-    arg = (per_bin - first).clamp(max=per_bin - 1).long()  # (k, C)
-    slot_of = (arg + torch.arange(k, device=idx.device)[:, None] * per_bin).reshape(-1)
-    # A -inf map may pick a padding slot: its taps are the zero row's, no gradient.
-    chosen = index[slot_of].clamp(max=pad).view(k, c, 4)
-    return value, chosen, weight[slot_of].view(k, c, 4)
+    return value, chosen, chosen_weight
+
+
+def _slot_taps(
+    bins: Bins,
+    idx: Tensor,
+    rows: Tensor,
+    top_w: int,
+    windows: tuple[Tensor, Tensor, Tensor, Tensor],
+    size: tuple[int, int],
+    pad: int,
+) -> tuple[Tensor, Tensor]:
+    """The taps of bins ``idx``'s window rows ``rows`` (``top_w`` columns each):
+    ``(index, weight)``, each ``(k, R * top_w, 4)``. A slot past its bin's window reads
+    the row after the padding row (-inf) with weight 1."""
+    y_first, y_count, x_first, x_count = windows
+    height, width = size
+    cols = torch.arange(top_w, device=idx.device)
+    # Rows and columns apart (a sample's y depends on its row only): mmcv's arithmetic.
+    dtype = bins.y0.dtype
+    iy, ix = y_first[idx, None] + rows, x_first[idx, None] + cols  # (k, R), (k, W)
+    y = bins.y0[idx, None] + (iy.to(dtype) + 0.5) * bins.bin_h[idx, None] / bins.grid_h[
+        idx, None
+    ].clamp(min=1)
+    x = bins.x0[idx, None] + (ix.to(dtype) + 0.5) * bins.bin_w[idx, None] / bins.grid_w[
+        idx, None
+    ].clamp(min=1)
+    y_lo, y_hi, wy_lo, wy_hi = (t[:, :, None] for t in bilinear_taps(y, height))
+    x_lo, x_hi, wx_lo, wx_hi = (t[:, None, :] for t in bilinear_taps(x, width))
+    inside = ((y >= -1.0) & (y <= height))[:, :, None] & ((x >= -1.0) & (x <= width))[:, None, :]
+    base = (bins.batch[idx] * height)[:, None, None]
+    top, bottom = (base + y_lo) * width, (base + y_hi) * width
+    index = torch.stack([top + x_lo, top + x_hi, bottom + x_lo, bottom + x_hi], dim=-1)
+    index = torch.where(inside[..., None], index, pad)
+    weight = torch.stack([wy_lo * wx_lo, wy_lo * wx_hi, wy_hi * wx_lo, wy_hi * wx_hi], dim=-1)
+    padding = (rows >= y_count[idx, None])[:, :, None] | (cols >= x_count[idx, None])[:, None, :]
+    index[..., 0].masked_fill_(padding, pad + 1)
+    weight[..., 0].masked_fill_(padding, 1.0)
+    k = idx.shape[0]
+    return index.reshape(k, -1, 4), weight.reshape(k, -1, 4)

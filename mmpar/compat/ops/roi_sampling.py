@@ -20,6 +20,7 @@ grid's row-major order. So the work is bounded by the map's size, not the box's.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 import torch
@@ -149,9 +150,10 @@ def _axis_window(start: Tensor, bin_size: Tensor, grid: Tensor, size: int) -> tu
     # index i lands at start + (i + 0.5) * step
     low = (-1.0 - start64) / step - 0.5
     high = (size - start64) / step - 0.5
-    # float32 rounds the samples by a few ulps of the coordinates: widen by that too.
+    # The kernel's (i + 0.5) * bin / grid and its sum with start (a sample near the map)
+    # round by a few ulps of bin and of the map's size: widen by that too.
     eps = torch.finfo(start.dtype).eps
-    margin = 2.0 + torch.ceil(8 * eps * (start64.abs() + bin64.abs() + size + 2) / step.abs())
+    margin = 2.0 + torch.ceil(4 * eps * (bin64.abs() + size + 2) / step.abs())
     first = torch.floor(torch.minimum(low, high)) - margin
     last = torch.ceil(torch.maximum(low, high)) + margin
     unbounded = ~torch.isfinite(first) | ~torch.isfinite(last) | (step == 0)
@@ -214,39 +216,43 @@ def sample_taps(
 
 def window_chunks(
     windows: tuple[Tensor, Tensor, Tensor, Tensor], fixed: int | None, budget: int
-) -> list[tuple[int, int, int]]:
-    """Consecutive bins grouped so that each group lists at most ``budget`` samples (or
-    one bin): ``[(first_bin, end_bin, samples)]``.
+) -> list[tuple[int, int, int, int]]:
+    """The bins' samples in chunks of at most ``budget``: ``[(first_bin, end_bin, skip,
+    samples)]``, whole bins where they fit, a bin larger than ``budget`` in pieces (``skip``:
+    its samples listed by earlier chunks).
 
     Args:
         windows: From :func:`bin_windows`.
         fixed: The samples of every bin when they are known on the host (a fixed
             ``sampling_ratio``: no device sync), else None.
-        budget: Samples per group.
+        budget: Samples per chunk.
     """
     bins = windows[0].numel()
-    if fixed is not None:
-        step = max(1, budget // max(fixed, 1))
-        firsts = range(0, bins, step)
-        return [(b, min(b + step, bins), (min(b + step, bins) - b) * fixed) for b in firsts]
     if bins == 0:
         return []
-    counts = windows[1] * windows[3]
-    ends = counts.cumsum(0)
-    group = (ends - counts) // budget  # the group of each bin: where its first sample falls
-    cuts = (torch.nonzero(group[1:] != group[:-1]).flatten() + 1).tolist() + [bins]
-    totals = ends[torch.tensor(cuts, device=ends.device) - 1].tolist()
-    chunks, first, before = [], 0, 0
-    for cut, total in zip(cuts, totals):
-        chunks.append((first, cut, total - before))
-        first, before = cut, total
+    if fixed is not None:
+        if fixed <= budget:
+            step = max(1, budget // max(fixed, 1))
+            firsts = range(0, bins, step)
+            return [(b, min(b + step, bins), 0, (min(b + step, bins) - b) * fixed) for b in firsts]
+        pieces = range(0, fixed, budget)
+        return [(b, b + 1, s, min(budget, fixed - s)) for b in range(bins) for s in pieces]
+    ends = (windows[1] * windows[3]).cumsum(0).tolist()
+    chunks, start = [], 0
+    while start < ends[-1]:
+        first = bisect.bisect_right(ends, start)  # the bin that holds sample `start`
+        end = bisect.bisect_right(ends, start + budget)  # bins that end within the budget
+        stop = ends[end - 1] if end > first else start + budget
+        skip = start - (ends[first - 1] if first else 0)
+        chunks.append((first, max(end, first + 1), skip, stop - start))
+        start = stop
     return chunks
 
 
 def listed_samples(
     bins: Bins,
     windows: tuple[Tensor, Tensor, Tensor, Tensor],
-    chunk: tuple[int, int, int],
+    chunk: tuple[int, int, int, int],
     height: int,
     width: int,
     pad: int,
@@ -258,15 +264,17 @@ def listed_samples(
         ``(chunk bins,)`` where each bin's taps start in ``taps.index.flatten()`` (the
         ``offsets`` of :func:`~torch.nn.functional.embedding_bag`), and the taps.
     """
-    first, end, total = chunk
+    first, end, skip, total = chunk
     y_first, y_count, x_first, x_count = (t[first:end] for t in windows)
     counts = y_count * x_count
+    # The first bin lists its samples from `skip` on; a piece of one bin lists `total`.
+    counts = torch.cat([(counts[:1] - skip).clamp(max=total), counts[1:]])
     device = counts.device
     sample_bin = torch.repeat_interleave(
         torch.arange(end - first, device=device), counts, output_size=total
     )
     starts = counts.cumsum(0) - counts
-    local = torch.arange(total, device=device) - starts[sample_bin]
+    local = torch.arange(total, device=device) - starts[sample_bin] + skip * (sample_bin == 0)
     across = x_count[sample_bin].clamp(min=1)
     iy = y_first[sample_bin] + local // across
     ix = x_first[sample_bin] + local % across
