@@ -22,6 +22,7 @@ from mmpar.compat.ops.backend import ArgumentError
 __all__ = [
     "Size",
     "check_roi_inputs",
+    "empty_bad_rois",
     "finite_number",
     "kernel_rois",
     "sampling_ratio_value",
@@ -139,15 +140,25 @@ def kernel_rois(rois: Tensor, batch_size: int, scale: float) -> tuple[Tensor, Te
     """``(K, 5)`` rois as a kernel may read them, and which were replaced.
 
     On the CPU :func:`check_roi_inputs` has refused bad rois: they come back as they are,
-    with None. Elsewhere, without a device sync, a roi whose batch index is outside
-    ``[0, N)`` or that holds NaN or inf becomes an inverted box on image 0, four pixels
-    outside the map, which every roi op pools to zeros (mmcv's kernels read out of bounds).
+    with None. Elsewhere, without a device sync, :func:`empty_bad_rois`.
 
     Returns:
         ``(rois, replaced)``: the rois, and ``(K,)`` bool (None on the CPU).
     """
     if rois.device.type == "cpu" or rois.shape[0] == 0:
         return rois, None
+    return empty_bad_rois(rois, batch_size, scale)
+
+
+def empty_bad_rois(rois: Tensor, batch_size: int, scale: float) -> tuple[Tensor, Tensor]:
+    """Each roi whose batch index is outside ``[0, N)`` (after truncation, as mmcv's
+    kernels read it) or that holds NaN or inf, replaced by an inverted box on image 0,
+    four pixels outside the map, which every roi op pools to zeros (mmcv's kernels read
+    out of bounds). Computed on the rois' device, with no sync.
+
+    Returns:
+        ``(rois, replaced)``: ``(K, 5)`` and ``(K,)`` bool.
+    """
     batch = rois[:, 0]
     bad = ~torch.isfinite(rois).all(1) | (batch <= -1) | (batch >= batch_size)
     far = -4.0 / scale
