@@ -232,11 +232,10 @@ class _MaxOfSamples(torch.autograd.Function):
         adaptive = sampling_ratio <= 0
         windows = bin_windows(bins, h, w, adaptive)
         total = bins.y0.numel()
-        # The search's table has one more row, of -inf, which a padding slot reads.
-        search_table = torch.cat([table, table.new_full((1, c), float("-inf"))])
+        scratch = _Scratch(table)
         best = table.new_zeros((total, c))
         if keep:
-            rows = torch.full((total, c, 4), table.shape[0] - 1, device=table.device)
+            rows = torch.full((total, c, 4), table.shape[0] - 2, device=table.device)
             weights = table.new_zeros((total, c, 4))
         for idx, top_h, top_w in _groups(windows, sampling_ratio, c, total, table.device):
             # The taps of a group's slots are worked out at once; a bin whose window is too
@@ -249,7 +248,7 @@ class _MaxOfSamples(torch.autograd.Function):
                 piece = torch.arange(
                     first_row, min(first_row + rows_per_piece, top_h), device=table.device
                 )
-                found = _search(bins, search_table, idx, piece, top_w, windows, (h, w), keep)
+                found = _search(bins, table, idx, piece, top_w, windows, (h, w), keep, scratch)
                 if first_row == 0:
                     best[idx] = found[0]
                     if keep:
@@ -277,6 +276,21 @@ class _MaxOfSamples(torch.autograd.Function):
         flat = rows * c + torch.arange(c, device=grad.device)[:, None]
         grad_table.view(-1).index_add_(0, flat.reshape(-1), (grad[..., None] * weights).reshape(-1))
         return grad_table, None, None, None, None
+
+
+class _Scratch:
+    """Two buffers the search reuses for every group: fresh memory costs page faults."""
+
+    def __init__(self, like: Tensor) -> None:
+        self.like = like
+        self.flat = like.new_empty((2, 0))
+
+    def take(self, shape: tuple[int, int]) -> tuple[Tensor, Tensor]:
+        """Two ``shape`` tensors (their contents are garbage)."""
+        size = shape[0] * shape[1]
+        if self.flat.shape[1] < size:
+            self.flat = self.like.new_empty((2, size))
+        return self.flat[0, :size].view(shape), self.flat[1, :size].view(shape)
 
 
 def _groups(
@@ -307,10 +321,11 @@ def _search(
     windows: tuple[Tensor, Tensor, Tensor, Tensor],
     size: tuple[int, int],
     keep: bool,
+    scratch: _Scratch,
 ) -> tuple[Tensor, Tensor | None, Tensor | None]:
     """The largest sample of bins ``idx`` among window rows ``rows``: ``(value, rows,
     weights)``, ``(k, C)`` and, if ``keep``, its taps ``(k, C, 4)``; ``-inf`` where the bin
-    has no sample in these rows. ``table``: :func:`pixel_table`'s, then a row of -inf."""
+    has no sample in these rows. ``table``: :func:`pixel_table`'s."""
     index, weight = _slot_taps(bins, idx, rows, top_w, windows, size, table.shape[0] - 2)
     k, slots, c = index.shape[0], index.shape[1], table.shape[1]
     taps = [(index[:, :, t].contiguous(), weight[:, :, t, None]) for t in range(4)]
@@ -319,24 +334,17 @@ def _search(
         chosen = torch.empty((k, c, 4), dtype=torch.long, device=table.device)
         chosen_weight = table.new_empty((k, c, 4))
     step = max(1, _SEARCH_ELEMENTS // (slots * max(c, 1)))  # bins whose values fit
-    term = None
     for first in range(0, k, step):
         end = min(first + step, k)
+        values, term = scratch.take(((end - first) * slots, c))
         # Each tap's product on its own, then mmcv's sum in its order: w1 * v1 + w2 * v2 +
         # w3 * v3 + w4 * v4, to the bit (embedding_bag would fuse a multiply and an add).
-        values = None
-        for tap, tap_weight in taps:
-            rows_of = tap[first:end].reshape(-1)
-            if values is None:
-                values = torch.index_select(table, 0, rows_of).mul_(
-                    tap_weight[first:end].reshape(-1, 1)
-                )
-                term = (
-                    torch.empty_like(values) if term is None or term.shape != values.shape else term
-                )
-                continue
-            torch.index_select(table, 0, rows_of, out=term)
-            values.add_(term.mul_(tap_weight[first:end].reshape(-1, 1)))
+        for t, (tap, tap_weight) in enumerate(taps):
+            target = values if t == 0 else term
+            torch.index_select(table, 0, tap[first:end].reshape(-1), out=target)
+            target.mul_(tap_weight[first:end].reshape(-1, 1))
+            if t:
+                values.add_(term)
         values = values.view(end - first, slots, c)
         value[first:end] = values.amax(dim=1)
         if not keep:

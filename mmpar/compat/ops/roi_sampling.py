@@ -60,11 +60,15 @@ def bilinear_taps(coord: Tensor, size: int) -> tuple[Tensor, Tensor, Tensor, Ten
 
 
 def pixel_table(input: Tensor) -> Tensor:
-    """``(N, C, H, W)`` as ``(N * H * W + 1, C)`` pixel rows; the last row is the padding
-    row (zeros) that out-of-map taps point at. Differentiable."""
+    """``(N, C, H, W)`` as ``(N * H * W + 2, C)`` pixel rows, then two more: the padding
+    row (zeros, row ``N * H * W``), where out-of-map taps point, and a row of -inf that
+    the max search's padding slots read. One copy; differentiable."""
     n, c, h, w = input.shape
-    rows = input.permute(0, 2, 3, 1).reshape(n * h * w, c)
-    return torch.cat([rows, rows.new_zeros(1, c)])
+    table = input.new_empty((n * h * w + 2, c))
+    table[: n * h * w].view(n, h, w, c).copy_(input.permute(0, 2, 3, 1))
+    table[n * h * w] = 0.0
+    table[n * h * w + 1] = float("-inf")
+    return table
 
 
 @dataclass
