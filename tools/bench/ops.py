@@ -19,7 +19,7 @@ round by round; the figures are medians, the ratio the median of the per-round r
   torchvision's ``box_iou`` and ``nms`` on the boxes' axis-aligned counterparts (the
   same centres and sizes): what the rotation costs.
 
-``--quick``: fewer rois and channels, 1,000 boxes, two rounds (seconds; a smoke run).
+``--quick``: fewer rois and channels, 500 boxes, two rounds (seconds; a smoke run).
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def roi_rows(quick: bool) -> List[Row]:
     from mmpar.compat.ops import deform_roi_pool, roi_align, roi_pool
 
     rounds = 2 if quick else 9
-    channels, count = (64, 32) if quick else (256, 128)
+    channels, count = (32, 16) if quick else (256, 128)
     gen = torch.Generator().manual_seed(0)
     image = (800, 1088)
     feat16 = torch.randn(1, channels, image[0] // 16, image[1] // 16, generator=gen)
@@ -146,7 +146,7 @@ def nms_rows(quick: bool) -> List[Union[Row, str]]:
 
     from mmpar.compat.ops import batched_nms, soft_nms
 
-    rounds, count = (2, 1000) if quick else (5, 10000)
+    rounds, count = (2, 500) if quick else (5, 10000)
     boxes, scores, _ = _boxes(count, seed=3)
     labels = torch.randint(0, 80, (count,), generator=torch.Generator().manual_seed(4))
     cfg = dict(type="nms", iou_threshold=0.5)
@@ -175,14 +175,14 @@ def rotated_rows(quick: bool) -> List[Row]:
     from mmpar.compat.ops import box_iou_rotated, nms_rotated
 
     rounds = 2 if quick else 5
-    side = 300 if quick else 2000
+    side = 200 if quick else 2000
     boxes, _, rotated = _boxes(side, seed=5)
     ours, ref, ratio = compare(
         lambda: box_iou_rotated(rotated, rotated), lambda: tv.box_iou(boxes, boxes), rounds
     )
     rows = [("box_iou_rotated", f"{side} x {side}", "torchvision box_iou (axis-aligned)", ours,
              ref, ratio, "")]  # fmt: skip
-    count = 1000 if quick else 10000
+    count = 500 if quick else 10000
     boxes, scores, rotated = _boxes(count, seed=6)
     ours, ref, ratio = compare(
         lambda: nms_rotated(rotated, scores, 0.5),
