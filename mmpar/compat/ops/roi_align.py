@@ -10,13 +10,16 @@ the legacy mode, where a roi is at least 1 pixel wide and high.
 ``pool_mode="avg"`` is torchvision's compiled ``roi_align`` kernel, whose arithmetic is
 mmcv's (the average over the grid; an empty grid gives 0). On the CPU that kernel keeps a
 buffer of every sample of a roi: a roi whose grid exceeds ``2**20`` samples (a box of some
-10^7 pixels) is pooled from its samples' list instead
+10^7 pixels), or has none (an inverted box, whose negative count the kernel cannot size a
+buffer from), is pooled from its samples' list instead
 (:func:`~mmpar.compat.ops.roi_sample_pool.average_of_samples`), which lists only the
-samples that land near the map, so memory and time stay bounded by the map. ``pool_mode=
-"max"``, which torchvision lacks, searches those lists the same way for each bin's largest
-sample (the first of equal ones, as mmcv), then reads it with mmcv's formula, the gradient
-going to that one sample's four pixels. mmcv's kernels give a bin without samples
-``-FLT_MAX`` (CUDA) or ``-10000`` (CPU) in max mode; mmpar gives 0.
+samples that land near the map, so memory and time stay bounded by the map, whatever the
+box. ``pool_mode="max"``, which torchvision lacks, searches the same windows of the grids
+for each bin's largest sample (:func:`~mmpar.compat.ops.roi_sample_max.max_of_samples`:
+the first of equal ones, each value mmcv's to the bit), the gradient going to that one
+sample's four pixels. mmcv's kernels give a bin without samples ``-FLT_MAX`` (CUDA) or
+``-10000`` (CPU) in max mode; mmpar gives 0. Off the CPU, boxes are not bounded: the
+kernel loops over the whole grid, as mmcv's does.
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ from mmpar.compat.ops.roi_inputs import (
     size_pair,
     spatial_scale_value,
 )
-from mmpar.compat.ops.roi_sample_pool import average_of_samples, max_of_samples
+from mmpar.compat.ops.roi_sample_max import max_of_samples
+from mmpar.compat.ops.roi_sample_pool import average_of_samples
 from mmpar.compat.ops.roi_sampling import (  # noqa: F401 (bilinear_taps: roi_align_rotated's)
     bilinear_taps,
     roi_bins,

@@ -6,16 +6,20 @@ is 0), the sample ``(iy, ix)`` at ``y = (start_y + ph * bin_h) + (iy + 0.5) * bi
 (and likewise ``x``), in that order of float operations. A sample further than one pixel
 outside the map reads 0; any other is clamped into the map. Where torchvision's compiled
 ``roi_align`` does not apply (max pooling, bins moved by offsets, grids too large for its
-per-roi buffer), the samples are listed here as their four taps (pixel rows of a
-channels-last table) and pooled by :func:`torch.nn.functional.embedding_bag`, a compiled
-weighted gather-sum that keeps nothing of size samples x channels.
+per-roi buffer), the samples are listed here as their four taps: rows of a channels-last
+copy of the map (:func:`pixel_table`), which :mod:`~mmpar.compat.ops.roi_sample_pool`
+and :mod:`~mmpar.compat.ops.roi_sample_max` pool. The adaptive grid is capped at
+``2**31 - 1`` samples per side (mmcv's ``int`` overflows there).
 
 Bounded work. An adaptive grid grows with the box, without bound (mmcv's kernels loop over
 all of it). Only a window of each bin's grid is listed: the samples that land inside
 ``[-1, H] x [-1, W]``, widened by a margin that also takes in a sample reading 0 wherever
 the grid has one. The samples left out read 0: an average keeps its count (the whole
 grid's), and a maximum finds the same first largest sample, since the window keeps the
-grid's row-major order. So the work is bounded by the map's size, not the box's.
+grid's row-major order. So the work is bounded by the map's size, not the box's (for
+boxes beyond some 10^9 pixels, float32 cannot place the samples to a pixel, many land on
+the same spot near the map, and the window grows with the rounding: still bounded memory,
+a few seconds).
 """
 
 from __future__ import annotations

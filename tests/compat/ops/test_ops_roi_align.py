@@ -25,12 +25,13 @@ from tests.compat.ops._reference import (
 pytest.importorskip("torchvision")
 roi_align_module = importlib.import_module("mmpar.compat.ops.roi_align")
 sampling_module = importlib.import_module("mmpar.compat.ops.roi_sampling")
-sample_pool_module = importlib.import_module("mmpar.compat.ops.roi_sample_pool")
+sample_max_module = importlib.import_module("mmpar.compat.ops.roi_sample_max")
 
 
 def _small_chunks(monkeypatch, elements: int) -> None:
     """Search in chunks of at most ``elements`` (bins, or rows of one bin)."""
-    monkeypatch.setattr(sample_pool_module, "_SEARCH_ELEMENTS", elements)
+    monkeypatch.setattr(sample_max_module, "_SEARCH_ELEMENTS", elements)
+    monkeypatch.setattr(sample_max_module, "_TAP_SLOTS", max(1, elements // 4))
 
 
 def _bilinear(fmap: list[list[float]], y: float, x: float) -> tuple[float, list]:
@@ -161,17 +162,28 @@ def test_float32_and_scale_one(mode):
     torch.testing.assert_close(x.grad, grad_ref.float())
 
 
-def test_max_search_in_chunks(monkeypatch):
-    """rois of many grid sizes searched in several chunks give the one-chunk result."""
+@pytest.mark.parametrize("ratio", [0, 2])
+def test_max_search_in_chunks(monkeypatch, ratio):
+    """rois of many grid sizes searched in several groups, a few bins or rows at a time,
+    give the one-pass result and gradient (ties included: a map of whole numbers)."""
     inp, rois = _case("cpu", torch.float64, seed=5)
-    whole = roi_align(inp, rois, (2, 3), 0.5, 0, "max", True)
-    _small_chunks(monkeypatch, 64)
+    inp = inp.mul(2).round()
+    grad_out = torch.randn(rois.shape[0], 3, 2, 3, dtype=torch.float64)
+    results = []
+    for elements in (1 << 19, 64, 1):
+        if elements < 1 << 19:
+            _small_chunks(monkeypatch, elements)
+        x = inp.clone().requires_grad_()
+        out = roi_align(x, rois, (2, 3), 0.5, ratio, "max", True)
+        out.backward(grad_out)
+        results.append((out.detach(), x.grad))
+    torch.testing.assert_close(results[1], results[0], rtol=0, atol=0)
+    torch.testing.assert_close(results[2], results[0], rtol=0, atol=0)
     chunks = sampling_module.size_groups(
         torch.tensor([3, 1, 2, 0, 5]), torch.tensor([1, 1, 4, 2, 2]), 6, 64
     )
     assert sorted(i for idx, _, _ in chunks for i in idx.tolist()) == [0, 1, 2, 3, 4]
     assert len(chunks) > 1
-    torch.testing.assert_close(roi_align(inp, rois, (2, 3), 0.5, 0, "max", True), whole)
 
 
 def test_max_ties_go_to_the_first_sample():
