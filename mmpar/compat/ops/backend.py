@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 __all__ = [
+    "ArgumentError",
     "INSTALL_HINT",
     "ArgumentError",
     "UnsupportedOpError",
@@ -36,6 +37,10 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 INSTALL_HINT = (
     'pip install -e ".[mmcv-ops]" (or pip install torchvision, the build that matches your torch)'
 )
+
+
+class ArgumentError(ValueError, AssertionError):
+    """A bad argument; an AssertionError too, because mmcv 1.x asserts its arguments."""
 
 
 class UnsupportedOpError(NotImplementedError):

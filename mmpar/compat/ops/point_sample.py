@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from mmpar.compat.ops.roi_inputs import check_roi_inputs, size_pair, spatial_scale_value
+
 __all__ = [
     "SimpleRoIAlign",
     "abs_img_point_to_rel_img_point",
@@ -260,27 +262,37 @@ class SimpleRoIAlign(nn.Module):
 
     Args:
         output_size: ``(h, w)`` bins, or one int.
-        spatial_scale: Factor from box to feature coordinates.
+        spatial_scale: Factor from box to feature coordinates, positive.
         aligned: ``True``: sample with ``align_corners=False``; ``False``: mmdet's legacy
             mode, ``align_corners=True``.
+
+    Raises:
+        TypeError: ``output_size`` or ``spatial_scale`` of a wrong type.
+        ValueError: A size or scale that is not positive.
     """
 
     def __init__(
         self, output_size: Union[int, Sequence[int]], spatial_scale: float, aligned: bool = True
     ) -> None:
         super().__init__()
-        if isinstance(output_size, int):
-            output_size = (output_size, output_size)
-        self.output_size = tuple(output_size)
-        if len(self.output_size) != 2:
-            raise ValueError(f"SimpleRoIAlign: output_size must be (h, w), got {output_size!r}")
-        self.spatial_scale = float(spatial_scale)
+        self.output_size = size_pair("SimpleRoIAlign", output_size)
+        self.spatial_scale = spatial_scale_value("SimpleRoIAlign", spatial_scale)
         self.use_torchvision = False  # as mmcv's, read by code that handles every RoI layer
         self.aligned = aligned
 
     def forward(self, features: Tensor, rois: Tensor) -> Tensor:
-        """``(N, C, H, W)`` maps, ``(K, 5)`` rois -> ``(K, C, h, w)``, in the rois' order."""
+        """``(N, C, H, W)`` maps, ``(K, 5)`` rois -> ``(K, C, h, w)``, in the rois' order.
+
+        Raises:
+            TypeError: ``features`` not floating point, ``rois`` not real-valued.
+            ValueError: ``rois`` not ``(K, 5)`` (``(K, 4)`` boxes have no batch index),
+                on another device, non-finite (on the CPU), or a batch index outside
+                ``[0, N)``.
+        """
+        check_roi_inputs("SimpleRoIAlign", features, rois)
         num_rois, channels = rois.shape[0], features.shape[1]
+        if num_rois == 0:  # still part of the graph: backward goes through it
+            return features[:0].reshape(0, channels, *self.output_size)
         rel_roi_points = generate_grid(num_rois, self.output_size, device=rois.device)
         batch = rois[:, 0].long()
         pieces, order = [], []
@@ -295,16 +307,11 @@ class SimpleRoIAlign(nn.Module):
             sampled = point_sample(feat, points[None], align_corners=not self.aligned)
             pieces.append(sampled[0].transpose(0, 1))  # (k, C, h * w)
             order.append(inds)
-        if not pieces:
-            if num_rois:
-                raise ValueError(
-                    f"SimpleRoIAlign: rois[:, 0] must be batch indices in [0, {features.shape[0]})"
-                )
-            return features.new_zeros((0, channels, *self.output_size))
-        inds = torch.cat(order)
-        if inds.numel() != num_rois:
+        inds = torch.cat(order) if order else batch[:0]
+        if inds.numel() != num_rois:  # only off the CPU: check_roi_inputs looked there
             raise ValueError(
-                f"SimpleRoIAlign: rois[:, 0] must be batch indices in [0, {features.shape[0]})"
+                f"mmcv.ops.SimpleRoIAlign: rois[:, 0] must be batch indices in "
+                f"[0, {features.shape[0]})"
             )
         point_feats = torch.cat(pieces)[torch.argsort(inds)]
         return point_feats.reshape(num_rois, channels, *self.output_size)

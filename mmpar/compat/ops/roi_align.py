@@ -8,237 +8,114 @@ is clamped into the map. ``aligned=True`` shifts the scaled box by -0.5 pixel; `
 the legacy mode, where a roi is at least 1 pixel wide and high.
 
 ``pool_mode="avg"`` is torchvision's compiled ``roi_align`` kernel, whose arithmetic is
-mmcv's (the average over the grid; an empty grid gives 0). ``pool_mode="max"``, which
-torchvision lacks, is plain torch: the largest sample of each bin, its gradient going to
-that one sample's four pixels, as mmcv's kernel does.
+mmcv's (the average over the grid; an empty grid gives 0). On the CPU that kernel keeps a
+buffer of every sample of a roi: a roi whose grid exceeds ``2**20`` samples (a box of some
+10^7 pixels), or has none (an inverted box, whose negative count the kernel cannot size a
+buffer from), is pooled from its samples' list instead
+(:func:`~mmpar.compat.ops.roi_sample_pool.average_of_samples`), which lists only the
+samples that land near the map, so memory and time stay bounded by the map, whatever the
+box. ``pool_mode="max"``, which torchvision lacks, searches the same windows of the grids
+for each bin's largest sample (:func:`~mmpar.compat.ops.roi_sample_max.max_of_samples`:
+the first of equal ones, each value mmcv's to the bit), the gradient going to that one
+sample's four pixels. mmcv's kernels give a bin without samples ``-FLT_MAX`` (CUDA) or
+``-10000`` (CPU) in max mode; mmpar gives 0. Off the CPU, boxes are not bounded: the
+kernel loops over the whole grid, as mmcv's does.
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence, Union
-
 import torch
 from torch import Tensor, nn
 
-from mmpar.compat.ops.backend import float_compute_dtype, renamed_kwargs, torchvision_ops
+from mmpar.compat.ops.backend import (
+    ArgumentError,
+    float_compute_dtype,
+    renamed_kwargs,
+    torchvision_ops,
+)
+from mmpar.compat.ops.roi_inputs import (
+    Size,
+    check_roi_inputs,
+    kernel_rois,
+    sampling_ratio_value,
+    size_pair,
+    spatial_scale_value,
+)
+from mmpar.compat.ops.roi_sample_max import max_of_samples
+from mmpar.compat.ops.roi_sample_pool import average_of_samples
+from mmpar.compat.ops.roi_sampling import (  # noqa: F401 (bilinear_taps: roi_align_rotated's)
+    bilinear_taps,
+    roi_bins,
+    size_groups,
+)
 
 __all__ = ["RoIAlign", "roi_align"]
 
 _POOL_MODES = ("avg", "max")
-# Elements of the largest intermediate tensor of a max search; rois are searched in
-# chunks that stay under it (the gather of one chunk's samples, all channels).
+# Elements of the largest intermediate tensor of roi_align_rotated's chunked search.
 _CHUNK_ELEMENTS = 1 << 24
-
-Size = Union[int, Sequence[int]]
-
-
-def size_pair(op: str, value: Size, param: str = "output_size") -> tuple[int, int]:
-    """``(h, w)`` from an int or a pair of positive ints (mmcv's ``output_size``; errors name
-    ``param``)."""
-    if isinstance(value, bool):
-        pair: tuple[Any, ...] = ()
-    elif isinstance(value, int):
-        pair = (value, value)
-    else:
-        try:
-            pair = tuple(value)
-        except TypeError:
-            pair = ()
-    if len(pair) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in pair):
-        raise TypeError(f"mmcv.ops.{op}: {param} must be an int or (h, w) ints, got {value!r}")
-    if min(pair) <= 0:
-        raise ValueError(f"mmcv.ops.{op}: {param} must be positive, got {value!r}")
-    return pair
-
-
-def check_roi_inputs(
-    op: str, input: Any, rois: Any, fields: str = "batch_idx, x1, y1, x2, y2"
-) -> None:
-    """Raise ``TypeError``/``ValueError`` unless ``input`` is (N, C, H, W) float and ``rois``
-    is (K, F) on the same device, finite, with batch indices in ``[0, N)`` (checked on CPU only,
-    where it costs no device sync; on CUDA, as with mmcv's kernels, out-of-range indices
-    read out of bounds and non-finite boxes give undefined results). ``fields`` names the F
-    columns, comma-separated, the batch index first."""
-    if not isinstance(input, Tensor) or not input.is_floating_point():
-        found = input.dtype if isinstance(input, Tensor) else type(input).__name__
-        raise TypeError(f"mmcv.ops.{op}: input must be a floating-point tensor, got {found}")
-    if input.dim() != 4:
-        raise ValueError(
-            f"mmcv.ops.{op}: input must have shape (N, C, H, W), got {tuple(input.shape)}"
-        )
-    if not isinstance(rois, Tensor) or rois.is_complex() or rois.dtype == torch.bool:
-        found = rois.dtype if isinstance(rois, Tensor) else type(rois).__name__
-        raise TypeError(f"mmcv.ops.{op}: rois must be a real-valued tensor, got {found}")
-    columns = len(fields.split(","))
-    if rois.dim() != 2 or rois.shape[1] != columns:
-        raise ValueError(
-            f"mmcv.ops.{op}: rois must have shape (K, {columns}) ({fields}), "
-            f"got {tuple(rois.shape)}"
-        )
-    if rois.device != input.device:
-        raise ValueError(
-            f"mmcv.ops.{op}: rois must be on input's device {input.device}, got {rois.device}"
-        )
-    if rois.shape[0] and (input.shape[2] == 0 or input.shape[3] == 0):
-        raise ValueError(f"mmcv.ops.{op}: input has an empty map {tuple(input.shape)}")
-    if rois.shape[0] and rois.device.type == "cpu":
-        # The kernels index memory with these numbers: NaN or inf crashes torchvision's.
-        if not bool(torch.isfinite(rois).all()):
-            raise ValueError(f"mmcv.ops.{op}: rois must be finite, got NaN or inf")
-        batch = rois[:, 0].long()
-        if int(batch.min()) < 0 or int(batch.max()) >= input.shape[0]:
-            raise ValueError(
-                f"mmcv.ops.{op}: rois[:, 0] must be batch indices in [0, {input.shape[0]}), "
-                f"got {rois[:, 0].min().item()}..{rois[:, 0].max().item()}"
-            )
+# Samples of one roi above which torchvision's CPU kernel is not used (its buffer holds
+# 32 bytes per sample).
+_KERNEL_SAMPLES = 1 << 20
 
 
 def roi_chunks(cells_h: Tensor, cells_w: Tensor, per_cell: int) -> list[tuple[Tensor, int, int]]:
-    """Rois grouped so that each group's padded ``(k, gh_max * gw_max * per_cell)`` stays
-    under the budget: ``[(indices, gh_max, gw_max)]``, smallest rois first.
-
-    Args:
-        cells_h: ``(K,)`` long, per roi, the sample rows (or pixel rows) of one bin.
-        cells_w: ``(K,)`` long, the same for columns.
-        per_cell: Elements one cell costs (channels times bins).
-    """
-    order = torch.argsort(cells_h * cells_w, stable=True)
-    heights, widths = torch.stack([cells_h[order], cells_w[order]]).tolist()
-    chunks = []
-    start, count = 0, len(heights)
-    while start < count:
-        end, top_h, top_w = start, 0, 0
-        while end < count:
-            grow_h, grow_w = max(top_h, heights[end]), max(top_w, widths[end])
-            if end > start and (end + 1 - start) * grow_h * grow_w * per_cell > _CHUNK_ELEMENTS:
-                break
-            top_h, top_w, end = grow_h, grow_w, end + 1
-        chunks.append((order[start:end], top_h, top_w))
-        start = end
-    return chunks
+    """:func:`~mmpar.compat.ops.roi_sampling.size_groups` under ``_CHUNK_ELEMENTS`` (the
+    chunks of roi_align_rotated, which imports it from here)."""
+    return size_groups(cells_h, cells_w, per_cell, _CHUNK_ELEMENTS)
 
 
-def bilinear_taps(coord: Tensor, size: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """mmcv's bilinear taps along one axis of length ``size``.
-
-    Returns:
-        ``(low, high, w_low, w_high)``, each shaped as ``coord``: the two pixel indices
-        (long) and their weights; a coordinate below -1 or above ``size`` has zero weights.
-    """
-    inside = (coord >= -1.0) & (coord <= size)
-    coord = coord.clamp(min=0)
-    low = coord.floor().long().clamp(0, size - 1)  # clamped below too: NaN boxes never index
-    edge = low >= size - 1
-    high = torch.where(edge, low, low + 1)
-    frac = torch.where(edge, torch.zeros_like(coord), coord - low.to(coord.dtype))
-    return low, high, (1.0 - frac) * inside, frac * inside
+def _pool_mode(op: str, pool_mode: object) -> str:
+    if pool_mode not in _POOL_MODES:
+        raise ArgumentError(f"mmcv.ops.{op}: pool_mode must be 'avg' or 'max', got {pool_mode!r}")
+    return str(pool_mode)
 
 
-def _sample_grid(
-    rois: Tensor, out_size: tuple[int, int], scale: float, sampling_ratio: int, aligned: bool
-) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """Per roi, where its bins' samples lie.
-
-    Returns:
-        ``(start_y, start_x, bin_h, bin_w, grid_h, grid_w, batch)``, each ``(K,)``:
-        the scaled (and, if ``aligned``, shifted) top-left corner, the bin size, the sample
-        count per bin along each axis (long, >= 0) and the batch index (long).
-    """
-    offset = 0.5 if aligned else 0.0
-    boxes = rois[:, 1:] * scale - offset
-    start_x, start_y, end_x, end_y = boxes.unbind(1)
-    roi_w, roi_h = end_x - start_x, end_y - start_y
-    if not aligned:
-        roi_w, roi_h = roi_w.clamp(min=1.0), roi_h.clamp(min=1.0)
-    bin_h, bin_w = roi_h / out_size[0], roi_w / out_size[1]
-    if sampling_ratio > 0:
-        grid_h = torch.full_like(start_y, sampling_ratio, dtype=torch.long)
-        grid_w = grid_h
-    else:
-        # A non-finite bin gets no samples rather than a grid of 2**63.
-        grid_h = torch.ceil(bin_h).nan_to_num(0.0, 0.0, 0.0).long().clamp(min=0)
-        grid_w = torch.ceil(bin_w).nan_to_num(0.0, 0.0, 0.0).long().clamp(min=0)
-    return start_y, start_x, bin_h, bin_w, grid_h, grid_w, rois[:, 0].long()
-
-
-def _sample_coords(start: Tensor, bin_size: Tensor, grid: Tensor, bins: int, top: int) -> Tensor:
-    """``(k, bins, top)`` sample coordinates along one axis (samples past ``grid`` are
-    padding: the caller masks them)."""
-    bin_idx = torch.arange(bins, device=start.device, dtype=start.dtype)[None, :, None]
-    sub = torch.arange(top, device=start.device, dtype=start.dtype)[None, None, :] + 0.5
-    step = bin_size[:, None, None]
-    return start[:, None, None] + bin_idx * step + sub * step / grid.clamp(min=1)[:, None, None]
-
-
-@torch.no_grad()
-def _max_sample_coords(
+def _average(
     feat: Tensor,
-    rois: Tensor,
+    boxes: Tensor,
     out_size: tuple[int, int],
     scale: float,
     sampling_ratio: int,
     aligned: bool,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Where each bin's largest sample lies: ``(y, x)``, each ``(K, PH, PW, C)``, and
-    ``(K,)`` bool, whether the roi's grid has samples at all. The first of equal samples
-    (rows first, then columns) wins, as in mmcv's kernel."""
-    n, c, h, w = feat.shape
-    ph, pw = out_size
-    start_y, start_x, bin_h, bin_w, grid_h, grid_w, batch = _sample_grid(
-        rois, out_size, scale, sampling_ratio, aligned
-    )
-    table = feat.permute(0, 2, 3, 1).reshape(n * h * w, c)
-    best_y = feat.new_zeros((rois.shape[0], ph, pw, c))  # rois without samples stay at 0
-    best_x = torch.zeros_like(best_y)
-    for idx, top_h, top_w in roi_chunks(grid_h, grid_w, 4 * c * ph * pw):
-        if top_h == 0 or top_w == 0:
-            continue
-        ys = _sample_coords(start_y[idx], bin_h[idx], grid_h[idx], ph, top_h)  # (k, PH, Gh)
-        xs = _sample_coords(start_x[idx], bin_w[idx], grid_w[idx], pw, top_w)  # (k, PW, Gw)
-        y_lo, y_hi, wy_lo, wy_hi = (t[:, :, None, :, None] for t in bilinear_taps(ys, h))
-        x_lo, x_hi, wx_lo, wx_hi = (t[:, None, :, None, :] for t in bilinear_taps(xs, w))
-        rows = batch[idx][:, None, None, None, None] * h
-        values = None
-        for y_i, wy in ((y_lo, wy_lo), (y_hi, wy_hi)):
-            for x_i, wx in ((x_lo, wx_lo), (x_hi, wx_hi)):
-                term = table[(rows + y_i) * w + x_i] * (wy * wx)[..., None]
-                values = term if values is None else values.add_(term)
-        # values: (k, PH, PW, Gh, Gw, C); padding samples must never win.
-        pad = (torch.arange(top_h, device=feat.device) >= grid_h[idx][:, None])[:, :, None] | (
-            torch.arange(top_w, device=feat.device) >= grid_w[idx][:, None]
-        )[:, None, :]
-        values.masked_fill_(pad[:, None, None, :, :, None], float("-inf"))
-        arg = values.flatten(3, 4).argmax(dim=3)  # (k, PH, PW, C)
-        best_y[idx] = ys[:, :, None, :].expand(-1, -1, pw, -1).gather(3, arg // top_w)
-        best_x[idx] = xs[:, None, :, :].expand(-1, ph, -1, -1).gather(3, arg % top_w)
-    return best_y, best_x, (grid_h > 0) & (grid_w > 0)
-
-
-def _read_at(
-    feat: Tensor, batch: Tensor, best_y: Tensor, best_x: Tensor, has_samples: Tensor
 ) -> Tensor:
-    """The bilinear read of ``feat`` at each bin's largest sample: ``(K, C, PH, PW)``.
+    """The average pooling: torchvision's kernel, and on the CPU the sample lists for rois
+    whose grid is too large for it."""
+    if feat.device.type == "cpu" and boxes.shape[0]:
+        bins = roi_bins(boxes, out_size, scale, sampling_ratio, aligned)
+        per_roi = out_size[0] * out_size[1]
+        samples = (bins.grid_h * bins.grid_w).view(-1, per_roi)[:, 0] * per_roi
+        # A grid of no samples (an inverted box, adaptive) has torchvision's CPU kernel
+        # size its buffer from a negative count: those rois go to the lists too (zeros).
+        large = (samples > _KERNEL_SAMPLES) | (samples == 0)
+        if bool(large.any()):
+            small = torch.nonzero(~large).flatten()
+            large_idx = torch.nonzero(large).flatten()
+            parts = [
+                _kernel_average(feat, boxes[small], out_size, scale, sampling_ratio, aligned),
+                average_of_samples(
+                    feat, boxes[large_idx], None, out_size, scale, sampling_ratio, aligned
+                ),
+            ]
+            order = torch.argsort(torch.cat([small, large_idx]))
+            return torch.cat(parts)[order]
+    return _kernel_average(feat, boxes, out_size, scale, sampling_ratio, aligned)
 
-    Args:
-        feat: ``(N, C, H, W)``.
-        batch: ``(K,)`` long, each roi's batch index.
-        best_y: ``(K, PH, PW, C)``, the sample's row (from :func:`_max_sample_coords`).
-        best_x: ``(K, PH, PW, C)``, its column.
-        has_samples: ``(K,)`` bool; a roi whose grid is empty gives 0.
-    """
-    _, c, h, w = feat.shape
-    y_lo, y_hi, wy_lo, wy_hi = bilinear_taps(best_y, h)
-    x_lo, x_hi, wx_lo, wx_hi = bilinear_taps(best_x, w)
-    channel = torch.arange(c, device=feat.device)
-    planes = (batch[:, None, None, None] * c + channel) * h  # (K, 1, 1, C)
-    flat = feat.reshape(-1)
-    out = None
-    for y_i, wy in ((y_lo, wy_lo), (y_hi, wy_hi)):
-        for x_i, wx in ((x_lo, wx_lo), (x_hi, wx_hi)):
-            term = flat[(planes + y_i) * w + x_i] * (wy * wx)
-            out = term if out is None else out + term
-    out = torch.where(has_samples[:, None, None, None], out, torch.zeros_like(out))
-    return out.permute(0, 3, 1, 2)
+
+def _kernel_average(
+    feat: Tensor,
+    boxes: Tensor,
+    out_size: tuple[int, int],
+    scale: float,
+    sampling_ratio: int,
+    aligned: bool,
+) -> Tensor:
+    torchvision_ops()  # loads torchvision's kernels, or says how to install them
+    # The kernel itself: torchvision.ops.roi_align swaps in a Python version under
+    # deterministic algorithms on CUDA, which clamps far-outside samples instead of zeroing.
+    return torch.ops.torchvision.roi_align(
+        feat, boxes, scale, out_size[0], out_size[1], sampling_ratio, aligned
+    )
 
 
 def roi_align(
@@ -257,8 +134,8 @@ def roi_align(
         rois: ``(K, 5)`` float, ``batch_idx, x1, y1, x2, y2`` in image coordinates;
             ``K`` may be 0.
         output_size: ``(PH, PW)``, or one int for both.
-        spatial_scale: Factor from box to ``input`` coordinates (e.g. 1/16).
-        sampling_ratio: Samples per bin along each axis; ``<= 0``: ``ceil`` of the bin
+        spatial_scale: Factor from box to ``input`` coordinates (e.g. 1/16), positive.
+        sampling_ratio: Samples per bin along each axis, ``>= 0``; 0: ``ceil`` of the bin
             size, per roi.
         pool_mode: ``"avg"`` or ``"max"`` over a bin's samples.
         aligned: Shift boxes by -0.5 pixel (``True``), or mmdet's legacy mode, where rois
@@ -269,34 +146,27 @@ def roi_align(
         Differentiable in ``input``; ``rois`` get no gradient.
 
     Raises:
-        TypeError: ``input``, ``rois`` or ``output_size`` of a wrong type.
-        ValueError: A wrong shape, ``pool_mode``, device, or batch index (on CPU).
+        TypeError: ``input``, ``rois``, ``output_size``, ``spatial_scale`` or
+            ``sampling_ratio`` of a wrong type.
+        ValueError: A wrong shape, ``pool_mode`` (also an ``AssertionError``, as mmcv's),
+            scale, ratio, device, or batch index or non-finite roi (on the CPU; elsewhere
+            such a roi pools zeros).
     """
     out_size = size_pair("roi_align", output_size)
-    if pool_mode not in _POOL_MODES:
-        raise ValueError(f"mmcv.ops.roi_align: pool_mode must be 'avg' or 'max', got {pool_mode!r}")
+    scale = spatial_scale_value("roi_align", spatial_scale)
+    ratio = sampling_ratio_value("roi_align", sampling_ratio)
+    _pool_mode("roi_align", pool_mode)
     check_roi_inputs("roi_align", input, rois)
+    aligned = bool(aligned)
     dtype = float_compute_dtype(input.dtype)
-    feat, boxes = input.to(dtype), rois.detach().to(dtype)
-    if pool_mode == "max":
-        # The search runs without autograd; the output is the bilinear read at the winning
-        # sample, so the gradient reaches that sample's four pixels only.
-        best = _max_sample_coords(
-            feat, boxes, out_size, float(spatial_scale), int(sampling_ratio), bool(aligned)
-        )
-        return _read_at(feat, boxes[:, 0].long(), *best).to(input.dtype)
-    torchvision_ops()  # loads torchvision's kernels, or says how to install them
-    # The kernel itself: torchvision.ops.roi_align swaps in a Python version under
-    # deterministic algorithms on CUDA, which clamps far-outside samples instead of zeroing.
-    out = torch.ops.torchvision.roi_align(
-        feat,
-        boxes,
-        float(spatial_scale),
-        out_size[0],
-        out_size[1],
-        int(sampling_ratio),
-        bool(aligned),
-    )
+    feat = input.to(dtype)
+    boxes, _ = kernel_rois(rois.detach().to(dtype), input.shape[0], scale)
+    if pool_mode == "avg":
+        return _average(feat, boxes, out_size, scale, ratio, aligned).to(input.dtype)
+    # The search runs without autograd; the output is the bilinear read at the winning
+    # sample, so the gradient reaches that sample's four pixels only.
+    out = max_of_samples(feat, boxes, out_size, scale, ratio, aligned)
+    out = out.reshape(rois.shape[0], *out_size, input.shape[1]).permute(0, 3, 1, 2)
     return out.to(input.dtype)
 
 
@@ -305,8 +175,8 @@ class RoIAlign(nn.Module):
 
     Args:
         output_size: ``(PH, PW)``, or one int. Deprecated name: ``out_size``.
-        spatial_scale: Factor from box to feature coordinates.
-        sampling_ratio: Samples per bin along each axis; 0: adaptive. Deprecated name:
+        spatial_scale: Factor from box to feature coordinates, positive.
+        sampling_ratio: Samples per bin along each axis, ``>= 0``; 0: adaptive. Deprecated name:
             ``sample_num``.
         pool_mode: ``"avg"`` or ``"max"``.
         aligned: Shift boxes by -0.5 pixel; ``False``: mmdet's legacy mode.
@@ -329,12 +199,10 @@ class RoIAlign(nn.Module):
         use_torchvision: bool = False,
     ) -> None:
         super().__init__()
-        if pool_mode not in _POOL_MODES:
-            raise ValueError(f"RoIAlign: pool_mode must be 'avg' or 'max', got {pool_mode!r}")
+        self.pool_mode = _pool_mode("RoIAlign", pool_mode)
         self.output_size = size_pair("RoIAlign", output_size)
-        self.spatial_scale = float(spatial_scale)
-        self.sampling_ratio = int(sampling_ratio)
-        self.pool_mode = pool_mode
+        self.spatial_scale = spatial_scale_value("RoIAlign", spatial_scale)
+        self.sampling_ratio = sampling_ratio_value("RoIAlign", sampling_ratio)
         self.aligned = aligned
         self.use_torchvision = use_torchvision
 

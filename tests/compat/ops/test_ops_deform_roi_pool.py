@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import importlib
 import math
 
 import pytest
 import torch
 
+from mmpar.compat.ops.backend import ArgumentError
 from mmpar.compat.ops.deform_roi_pool import (
     DeformRoIPool,
     DeformRoIPoolPack,
     ModulatedDeformRoIPoolPack,
     deform_roi_pool,
 )
+from mmpar.compat.ops.roi_inputs import empty_bad_rois
 from tests.compat.ops._reference import DEVICES, HALF_DTYPES, roi_align_corners
+
+sample_pool_module = importlib.import_module("mmpar.compat.ops.roi_sample_pool")
 
 
 def reference(inp, rois, offset, size, scale, ratio, gamma, grad_out):
@@ -220,3 +225,115 @@ def test_offset_gradient_alone():
     _, _, grad_off = reference(inp, rois, offset.detach(), (2, 3), 0.5, 0, 0.1, grad_out)
     torch.testing.assert_close(offset.grad, grad_off)
     assert not inp.requires_grad
+
+
+# ------------------------------------------------------------ boundary checks and defined results
+
+
+def test_bad_settings():
+    inp, rois, offset = make()
+    for call in (
+        lambda v: deform_roi_pool(inp, rois, offset, (2, 3), v),
+        lambda v: DeformRoIPool((2, 3), v),
+    ):
+        for bad in (0.0, -0.5, float("nan")):
+            with pytest.raises(ValueError, match="spatial_scale"):
+                call(bad)
+        with pytest.raises(TypeError, match="spatial_scale"):
+            call("0.5")
+    with pytest.raises(ValueError, match="sampling_ratio"):
+        deform_roi_pool(inp, rois, offset, (2, 3), 0.5, -2)
+    with pytest.raises(TypeError, match="sampling_ratio"):
+        DeformRoIPool((2, 3), 0.5, 1.5)
+    with pytest.raises(ValueError, match="gamma"):
+        deform_roi_pool(inp, rois, offset, (2, 3), 0.5, 0, float("inf"))
+    with pytest.raises(TypeError, match="gamma"):
+        DeformRoIPool((2, 3), 0.5, 0, "0.1")
+    with pytest.raises(TypeError, match="output_size"):
+        DeformRoIPool((2, 3, 4))
+    with pytest.raises(ValueError, match="output_size"):
+        DeformRoIPoolPack(0, 2)
+    with pytest.raises(TypeError, match="offset"):
+        deform_roi_pool(inp, rois, offset.int(), (2, 3))
+    with pytest.raises(TypeError, match="offset"):
+        deform_roi_pool(inp, rois, offset.tolist(), (2, 3))
+    # mmcv asserts the rois' shape and the Packs' channels: AssertionErrors as well.
+    for call in (
+        lambda: deform_roi_pool(inp, rois[:, 1:], None, 2),
+        lambda: DeformRoIPoolPack(2, 3, 8).double()(inp, rois),
+    ):
+        with pytest.raises(ArgumentError, match=r"\(K, 5\)|output_channels") as info:
+            call()
+        assert isinstance(info.value, AssertionError)
+
+
+@pytest.mark.parametrize("pack_type", [DeformRoIPoolPack, ModulatedDeformRoIPoolPack])
+def test_packs_with_no_rois(pack_type):
+    """Zero rois through a Pack: an empty output, and a backward pass through it."""
+    pack = pack_type((2, 3), 2, deform_fc_channels=8, spatial_scale=0.5).double()
+    inp, rois, _ = make()
+    inp.requires_grad_()
+    out = pack(inp, rois[:0])
+    assert out.shape == (0, 2, 2, 3)
+    out.sum().backward()
+    assert inp.grad is not None and not inp.grad.any()
+
+
+def test_empty_rois_with_offsets_that_need_a_gradient():
+    inp, rois, offset = make()
+    offset = offset[:0].clone().requires_grad_()
+    inp.requires_grad_()
+    out = deform_roi_pool(inp, rois[:0], offset, (2, 3), 0.5)
+    out.sum().backward()
+    assert out.shape == (0, 2, 2, 3) and not inp.grad.any()
+
+
+def test_chunks_split_inside_a_bin(monkeypatch):
+    """Samples listed a few at a time (bins split across chunks) give the one-pass result."""
+    inp, rois, offset = make(seed=3)
+    rois[1, 3:] = torch.tensor([30.0, 25.0])  # a large adaptive grid
+    results = []
+    for per_chunk in (1 << 15, 7):
+        monkeypatch.setattr(sample_pool_module, "_SAMPLES_PER_CHUNK", per_chunk)
+        x, off = inp.clone().requires_grad_(), offset.clone().requires_grad_()
+        out = deform_roi_pool(x, rois, off, (2, 3), 0.5, 0)
+        out.square().sum().backward()
+        results.append((out.detach(), x.grad, off.grad))
+    torch.testing.assert_close(results[0], results[1])
+
+
+def test_huge_box_is_bounded_by_the_map():
+    """One box of 10^14 pixels with offsets: the map's cost, the reference's numbers where
+    a sample lands (its bins overlap the map; the rest are zero)."""
+    inp, _, _ = make()
+    rois = torch.tensor([[0, -5e6, -5e6, 5e6, 5e6]], dtype=torch.float64)
+    offset = torch.zeros(1, 2, 2, 3, dtype=torch.float64)
+    offset[0, :, 0, 0] = 0.02  # moves bin (0, 0) by 2e4 pixels: off the map
+    out = deform_roi_pool(inp, rois, offset.requires_grad_(), (2, 3), 1.0, 0, 0.1)
+    out.sum().backward()
+    assert torch.isfinite(out).all() and torch.isfinite(offset.grad).all()
+    assert not out[0, :, 0, 0].any() and out[0, :, 1, 1].any()
+
+
+def test_nan_offset_reads_zero():
+    """A NaN offset moves its bin nowhere (0, no gradient); the other bins are untouched."""
+    inp, rois, offset = make()
+    offset[1, 0, 1, 2] = float("nan")
+    x = inp.clone().requires_grad_()
+    out = deform_roi_pool(x, rois, offset, (2, 3), 0.5, 2)
+    expected = deform_roi_pool(inp, rois, offset.nan_to_num(), (2, 3), 0.5, 2)
+    assert out[1, :, 1, 2].eq(0).all()
+    mask = torch.ones_like(out, dtype=torch.bool)
+    mask[1, :, 1, 2] = False
+    torch.testing.assert_close(out[mask], expected[mask])
+
+
+def test_replaced_rois_pool_zeros():
+    """Off the CPU, a roi with a bad batch index or NaN (and its offsets) is replaced on the
+    device (no sync) by a box that pools 0; the replacement, checked here on the CPU."""
+    inp, rois, offset = make()
+    rois[0, 0], rois[2, 1] = 7, float("nan")
+    boxes, replaced = empty_bad_rois(rois, 2, 0.5)
+    assert replaced.tolist() == [True, False, True, False, False]
+    out = deform_roi_pool(inp, boxes, offset * ~replaced[:, None, None, None], (2, 3), 0.5)
+    assert not out[replaced].any()

@@ -252,3 +252,30 @@ def test_simple_roi_align_module():
         layer(feats, torch.tensor([[1, 0.0, 0.0, 2.0, 2.0]]))
     with pytest.raises(ValueError, match="batch indices"):
         layer(feats, torch.tensor([[0, 0.0, 0.0, 2.0, 2.0], [3, 0.0, 0.0, 2.0, 2.0]]))
+
+
+def test_simple_roi_align_bad_input():
+    feats = torch.randn(2, 2, 4, 4)
+    layer = SimpleRoIAlign(2, 0.5)
+    # (K, 4) boxes have no batch index: mmcv reads x1 as one and pools another image.
+    with pytest.raises(ValueError, match=r"rois must have shape \(K, 5\)"):
+        layer(feats, torch.tensor([[1.0, 0.0, 2.0, 2.0]]))
+    with pytest.raises(ValueError, match="finite"):
+        layer(feats, torch.tensor([[0, 0.0, float("nan"), 2.0, 2.0]]))
+    with pytest.raises(TypeError, match="input must be a floating-point"):
+        layer(feats.long(), torch.tensor([[0, 0.0, 0.0, 2.0, 2.0]]))
+    for scale in (0, -0.5, float("inf")):
+        with pytest.raises(ValueError, match="spatial_scale"):
+            SimpleRoIAlign(2, scale)
+    with pytest.raises(TypeError, match="output_size"):
+        SimpleRoIAlign("7", 0.5)
+    with pytest.raises(ValueError, match="output_size"):
+        SimpleRoIAlign((0, 2), 0.5)
+
+
+def test_simple_roi_align_no_rois_backward():
+    feats = torch.randn(2, 3, 4, 4, requires_grad=True)
+    out = SimpleRoIAlign((2, 3), 0.5)(feats, torch.zeros(0, 5))
+    assert out.shape == (0, 3, 2, 3)
+    out.sum().backward()
+    assert feats.grad is not None and not feats.grad.any()

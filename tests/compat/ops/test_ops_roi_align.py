@@ -10,7 +10,9 @@ import warnings
 import pytest
 import torch
 
+from mmpar.compat.ops.backend import ArgumentError
 from mmpar.compat.ops.roi_align import RoIAlign, roi_align
+from mmpar.compat.ops.roi_inputs import empty_bad_rois
 from tests.compat.ops._reference import (
     DEVICES,
     GRADCHECK_ROIS,
@@ -22,6 +24,14 @@ from tests.compat.ops._reference import (
 
 pytest.importorskip("torchvision")
 roi_align_module = importlib.import_module("mmpar.compat.ops.roi_align")
+sampling_module = importlib.import_module("mmpar.compat.ops.roi_sampling")
+sample_max_module = importlib.import_module("mmpar.compat.ops.roi_sample_max")
+
+
+def _small_chunks(monkeypatch, elements: int) -> None:
+    """Search in chunks of at most ``elements`` (bins, or rows of one bin)."""
+    monkeypatch.setattr(sample_max_module, "_SEARCH_ELEMENTS", elements)
+    monkeypatch.setattr(sample_max_module, "_TAP_SLOTS", max(1, elements // 4))
 
 
 def _bilinear(fmap: list[list[float]], y: float, x: float) -> tuple[float, list]:
@@ -152,17 +162,28 @@ def test_float32_and_scale_one(mode):
     torch.testing.assert_close(x.grad, grad_ref.float())
 
 
-def test_max_search_in_chunks(monkeypatch):
-    """rois of many grid sizes searched in several chunks give the one-chunk result."""
+@pytest.mark.parametrize("ratio", [0, 2])
+def test_max_search_in_chunks(monkeypatch, ratio):
+    """rois of many grid sizes searched in several groups, a few bins or rows at a time,
+    give the one-pass result and gradient (ties included: a map of whole numbers)."""
     inp, rois = _case("cpu", torch.float64, seed=5)
-    whole = roi_align(inp, rois, (2, 3), 0.5, 0, "max", True)
-    monkeypatch.setattr(roi_align_module, "_CHUNK_ELEMENTS", 64)
-    chunks = roi_align_module.roi_chunks(
-        torch.tensor([3, 1, 2, 0, 5]), torch.tensor([1, 1, 4, 2, 2]), per_cell=6
+    inp = inp.mul(2).round()
+    grad_out = torch.randn(rois.shape[0], 3, 2, 3, dtype=torch.float64)
+    results = []
+    for elements in (1 << 19, 64, 1):
+        if elements < 1 << 19:
+            _small_chunks(monkeypatch, elements)
+        x = inp.clone().requires_grad_()
+        out = roi_align(x, rois, (2, 3), 0.5, ratio, "max", True)
+        out.backward(grad_out)
+        results.append((out.detach(), x.grad))
+    torch.testing.assert_close(results[1], results[0], rtol=0, atol=0)
+    torch.testing.assert_close(results[2], results[0], rtol=0, atol=0)
+    chunks = sampling_module.size_groups(
+        torch.tensor([3, 1, 2, 0, 5]), torch.tensor([1, 1, 4, 2, 2]), 6, 64
     )
     assert sorted(i for idx, _, _ in chunks for i in idx.tolist()) == [0, 1, 2, 3, 4]
     assert len(chunks) > 1
-    torch.testing.assert_close(roi_align(inp, rois, (2, 3), 0.5, 0, "max", True), whole)
 
 
 def test_max_ties_go_to_the_first_sample():
@@ -266,10 +287,125 @@ def test_bad_arguments():
 def test_max_rois_without_samples(monkeypatch):
     """Zero-sized rois (aligned, adaptive grid) have no samples: 0 and no gradient, also
     when they make up a chunk of their own."""
-    monkeypatch.setattr(roi_align_module, "_CHUNK_ELEMENTS", 1)
+    _small_chunks(monkeypatch, 1)
     x = torch.randn(1, 2, 5, 5, dtype=torch.float64, requires_grad=True)
     rois = torch.tensor([[0, 1.0, 1.0, 1.0, 1.0], [0, 1.0, 1.0, 1.0, 3.0], [0, 0.0, 0.0, 3.0, 3.0]])
     out = roi_align(x, rois.double(), 2, 1.0, 0, "max", True)
     out[:2].sum().backward()
     assert not out[:2].any() and not x.grad.any()
     assert out[2].ne(0).all()
+
+
+# ------------------------------------------------------------ boundary checks and defined results
+
+
+def test_bad_scale_ratio_and_mode():
+    x = torch.randn(1, 2, 4, 4)
+    rois = torch.tensor([[0, 0.0, 0.0, 2.0, 2.0]])
+    for scale in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="spatial_scale"):
+            roi_align(x, rois, 2, scale)
+        with pytest.raises(ValueError, match="spatial_scale"):
+            RoIAlign(2, scale)
+    with pytest.raises(TypeError, match="spatial_scale"):
+        roi_align(x, rois, 2, "1")
+    with pytest.raises(ValueError, match="sampling_ratio"):
+        roi_align(x, rois, 2, 1.0, -1)
+    for ratio in (2.5, "2", True, None):
+        with pytest.raises(TypeError, match="sampling_ratio"):
+            roi_align(x, rois, 2, 1.0, ratio)
+        with pytest.raises(TypeError, match="sampling_ratio"):
+            RoIAlign(2, 1.0, ratio)
+    assert torch.equal(roi_align(x, rois, 2, 1.0, 2.0), roi_align(x, rois, 2, 1.0, 2))
+    # mmcv asserts pool_mode and the rois' shape: the errors are AssertionErrors as well.
+    for call in (
+        lambda: roi_align(x, rois, 2, 1.0, 0, "sum"),
+        lambda: RoIAlign(2, pool_mode="sum"),
+        lambda: roi_align(x, rois[:, 1:], 2),
+    ):
+        with pytest.raises(ArgumentError, match=r"pool_mode|\(K, 5\)") as info:
+            call()
+        assert isinstance(info.value, AssertionError)
+
+
+@pytest.mark.parametrize("mode", ["avg", "max"])
+def test_inverted_box_has_no_samples(mode):
+    """aligned, adaptive: a box with x2 < x1 has a grid of no samples, 0 and no gradient
+    (torchvision's CPU kernel sizes a buffer from the negative count and raises)."""
+    x = torch.randn(1, 2, 6, 6, dtype=torch.float64, requires_grad=True)
+    rois = torch.tensor([[0, 4.0, 1.0, 1.0, 5.0], [0, 1.0, 1.0, 4.0, 5.0]], dtype=torch.float64)
+    out = roi_align(x, rois, 2, 1.0, 0, mode, True)
+    out[0].sum().backward()
+    assert not out[0].any() and not x.grad.any() and out[1].any()
+    ref, _ = _reference(x.detach(), rois, (2, 2), 1.0, 0, mode, True, torch.ones(2, 2, 2, 2))
+    torch.testing.assert_close(out.detach(), ref)
+
+
+@pytest.mark.parametrize("aligned", [True, False])
+def test_sample_lists_match_the_kernel(monkeypatch, aligned):
+    """Average pooling from the sample lists (what a roi too large for torchvision's buffer
+    gets) gives the kernel's numbers, and its gradient."""
+    inp, rois = _case("cpu", torch.float64, seed=4)
+    grad_out = torch.randn(rois.shape[0], 3, 2, 3, dtype=torch.float64)
+    results = []
+    for limit in (1 << 20, 0):
+        monkeypatch.setattr(roi_align_module, "_KERNEL_SAMPLES", limit)
+        x = inp.clone().requires_grad_()
+        out = roi_align(x, rois, (2, 3), 0.5, 0, "avg", aligned)
+        out.backward(grad_out)
+        results.append((out.detach(), x.grad))
+    torch.testing.assert_close(results[0], results[1])
+
+
+@pytest.mark.parametrize("mode", ["avg", "max"])
+def test_large_grids_list_only_the_samples_near_the_map(monkeypatch, mode):
+    """Boxes far larger than the map (an adaptive grid of ~60 x 60 per bin): only a window
+    of each grid is listed, and the results are the whole grid's."""
+    monkeypatch.setattr(roi_align_module, "_KERNEL_SAMPLES", 0)
+    gen = torch.Generator().manual_seed(6)
+    inp = torch.randn(2, 1, 5, 6, dtype=torch.float64, generator=gen)
+    rois = torch.tensor(
+        [[0, -50.0, -60.0, 70.0, 55.0], [1, 3.0, -100.0, 120.0, 4.0], [1, -90, 2, 2, 30]],
+        dtype=torch.float64,
+    )
+    x = inp.clone().requires_grad_()
+    grad_out = torch.randn(3, 1, 2, 2, dtype=torch.float64, generator=gen)
+    out = roi_align(x, rois, (2, 2), 1.0, 0, mode, True)
+    out.backward(grad_out)
+    ref, grad_ref = _reference(inp, rois, (2, 2), 1.0, 0, mode, True, grad_out)
+    torch.testing.assert_close(out.detach(), ref)
+    torch.testing.assert_close(x.grad, grad_ref)
+
+
+@pytest.mark.parametrize("mode", ["avg", "max"])
+def test_huge_box_is_bounded_by_the_map(mode):
+    """One box of 10^14 pixels (an adaptive grid of 10^12 samples per bin): memory and time
+    of the map's size, not the box's (torchvision's CPU kernel ends in bad_alloc)."""
+    x = torch.randn(1, 4, 30, 40, requires_grad=True)
+    rois = torch.tensor([[0, -5e6, -5e6, 5e6, 5e6], [0, 2.0, 3.0, 20.0, 25.0]])
+    out = roi_align(x, rois, 7, 1.0, 0, mode, True)
+    out.sum().backward()
+    assert torch.isfinite(out).all() and torch.isfinite(x.grad).all()
+    assert out[0, :, 3, 3].any() and not out[0, :, 0].any()  # the map lies in the middle bin
+
+
+@pytest.mark.parametrize("mode", ["avg", "max"])
+@pytest.mark.parametrize("aligned", [True, False])
+def test_replaced_rois_pool_zeros(mode, aligned):
+    """Off the CPU, a roi with a bad batch index or NaN is replaced on the device (no sync)
+    by a box that pools 0; the replacement itself, checked here on the CPU."""
+    x = torch.randn(2, 3, 5, 5) + 10
+    rois = torch.tensor([[2, 0.0, 0.0, 3.0, 3.0], [0, 0.0, float("inf"), 3.0, 3.0]])
+    for scale, ratio in ((1.0, 0), (0.25, 2), (8.0, 0)):
+        boxes, replaced = empty_bad_rois(rois, 2, scale)
+        assert replaced.all()
+        assert not roi_align(x, boxes, 2, scale, ratio, mode, aligned).any()
+
+
+def test_max_without_gradient_is_the_same():
+    """The search keeps the chosen taps only for a backward pass; the values are alike."""
+    inp, rois = _case("cpu", torch.float32, seed=7)
+    with torch.no_grad():
+        plain = roi_align(inp, rois, (2, 3), 0.5, 0, "max", True)
+    tracked = roi_align(inp.clone().requires_grad_(), rois, (2, 3), 0.5, 0, "max", True)
+    assert torch.equal(plain, tracked.detach())

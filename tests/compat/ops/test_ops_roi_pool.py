@@ -7,6 +7,8 @@ import math
 import pytest
 import torch
 
+from mmpar.compat.ops.backend import ArgumentError
+from mmpar.compat.ops.roi_inputs import empty_bad_rois
 from mmpar.compat.ops.roi_pool import RoIPool, roi_pool
 from tests.compat.ops._reference import (
     DEVICES,
@@ -160,3 +162,57 @@ def test_module_and_bad_arguments():
         RoIPool("7")
     with pytest.raises(ValueError, match="finite"):
         roi_pool(x, torch.tensor([[0, float("nan"), 0.0, 2.0, 2.0]]), 2)
+
+
+# ------------------------------------------------------------ boundary checks and defined results
+
+
+def test_bad_scale_and_rois_shape():
+    x = torch.randn(1, 2, 4, 4)
+    rois = torch.tensor([[0, 0.0, 0.0, 2.0, 2.0]])
+    for scale in (0.0, -0.25, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="spatial_scale"):
+            roi_pool(x, rois, 2, scale)
+        with pytest.raises(ValueError, match="spatial_scale"):
+            RoIPool(2, scale)
+    for scale in ("0.25", None, True):
+        with pytest.raises(TypeError, match="spatial_scale"):
+            roi_pool(x, rois, 2, scale)
+    # mmcv asserts the rois' shape: the error is an AssertionError as well.
+    with pytest.raises(ArgumentError, match=r"rois must have shape \(K, 5\)") as info:
+        roi_pool(x, rois[:, 1:], 2)
+    assert isinstance(info.value, AssertionError) and isinstance(info.value, ValueError)
+
+
+def test_nan_never_wins_a_bin():
+    """As mmcv's kernel (``value > max``): a NaN pixel is never a bin's max."""
+    x = torch.tensor([[[[float("nan"), 1.0], [2.0, float("nan")]]]], requires_grad=True)
+    out = roi_pool(x, torch.tensor([[0, 0.0, 0.0, 1.0, 1.0]]), 1, 1.0)
+    assert out.item() == 2.0
+    out.backward()
+    assert x.grad[0, 0, 1, 0] == 1 and int((x.grad != 0).sum()) == 1
+
+
+def test_huge_box_is_bounded_by_the_map():
+    """A box of 10^14 pixels pools the map's pixels it covers, at the map's cost."""
+    x = torch.randn(1, 2, 6, 7, dtype=torch.float64)
+    big = torch.tensor([[0, -5e6, -5e6, 5e6, 5e6]], dtype=torch.float64)
+    out = roi_pool(x, big, (3, 3), 1.0)
+    ref, _ = _reference(x, big, (3, 3), 1.0, torch.zeros(1, 2, 3, 3))
+    torch.testing.assert_close(out, ref)
+    assert out[0, :, 1, 1].eq(x.amax(dim=(2, 3))[0]).all()  # the middle bin holds the map
+
+
+def test_replaced_rois_pool_zeros():
+    """Off the CPU, a roi with a bad batch index or NaN is replaced on the device (no sync)
+    by a box that pools 0; the replacement itself, checked here on the CPU."""
+    x = torch.randn(2, 3, 5, 5) + 10
+    rois = torch.tensor(
+        [[5, 0.0, 0.0, 3.0, 3.0], [0, float("nan"), 0.0, 3.0, 3.0], [1, 0, 0, 4, 4]]
+    )
+    for scale in (1.0, 0.25, 8.0):
+        boxes, replaced = empty_bad_rois(rois, 2, scale)
+        assert replaced.tolist() == [True, True, False]
+        out = roi_pool(x, boxes, 2, scale)
+        assert not out[:2].any()
+        torch.testing.assert_close(out[2:], roi_pool(x, rois[2:], 2, scale))
