@@ -1,8 +1,8 @@
 """Every ```python block of README.md and docs/*.md runs as pasted, in a fresh interpreter.
 
-Each block is one test, named by file and line (``README.md:176``). It runs as a script
-(``sys.executable``, ``PYTHONPATH`` = the repository root) in a temporary directory that
-holds a link to the repository's ``configs/``, so the paths the docs use
+Each block is one test, named by file and line (``test_doc_block_runs[README.md:34]``). It
+runs as a script (``sys.executable``, ``PYTHONPATH`` = the repository root) in a temporary
+directory that holds a link to the repository's ``configs/``, so the paths the docs use
 (``configs/tiny_det/tiny_det_synthetic.py``) resolve as they do in a checkout, and what
 a block writes (``work_dirs/...``) lands in the temporary directory.
 
@@ -271,10 +271,12 @@ def missing_module(modules: Tuple[str, ...]) -> Optional[str]:
     return proc.stdout.strip() or None
 
 
-def _params():
-    for block in BLOCKS:
-        marks = [pytest.mark.slow] if block.slow else []
-        yield pytest.param(block, id=block.id, marks=marks)
+def _params() -> list:
+    """One ``pytest.param`` per block, ``slow`` where marked (a list: pytest wants a Collection)."""
+    return [
+        pytest.param(block, id=block.id, marks=[pytest.mark.slow] if block.slow else [])
+        for block in BLOCKS
+    ]
 
 
 def test_docs_have_python_blocks():

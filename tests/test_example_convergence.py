@@ -36,16 +36,21 @@ MODES = {
 }
 
 
-def _final_map(work_dir: Path, stdout: str) -> float:
-    found = re.search(r"mAP@0\.5 before training: [0-9.]+, after: ([0-9.]+)", stdout)
-    assert found, f"no final mAP line in:\n{stdout[-2000:]}"
-    # The same figure is in the JSON log, to the full precision.
+def _val_maps(work_dir: Path) -> List[float]:
+    """mAP@0.5 of each evaluation of the run, in order, from its JSON log."""
     records = [
         json.loads(line)
         for log in work_dir.glob("*.log.json")
         for line in log.read_text().splitlines()
     ]
-    vals = [r["mAP"] for r in records if r.get("mode") == "val"]
+    return [r["mAP"] for r in records if r.get("mode") == "val"]
+
+
+def _final_map(work_dir: Path, stdout: str) -> float:
+    found = re.search(r"mAP@0\.5 before training: [0-9.]+, after: ([0-9.]+)", stdout)
+    assert found, f"no final mAP line in:\n{stdout[-2000:]}"
+    # The same figure is in the JSON log, to the full precision.
+    vals = _val_maps(work_dir)
     assert vals and abs(vals[-1] - float(found.group(1))) < 1e-4
     return vals[-1]
 
@@ -77,5 +82,8 @@ def test_example_trains_to_target_map(mode: str, runs: Dict[str, tuple]) -> None
     assert isinstance(proc, subprocess.CompletedProcess)
     mean_ap = _final_map(work_dir, proc.stdout)
     assert mean_ap >= TARGET, f"{mode}: mAP@0.5 {mean_ap:.4f} < {TARGET}"
+    if mode == "float32":  # the quick start's run: its curve ends at its best
+        curve = _val_maps(work_dir)
+        assert len(curve) == 4 and curve[-1] == max(curve), f"mAP@0.5 by evaluation: {curve}"
     if mode.startswith("accumulate"):
         assert "gradients accumulated over 2 batches per step" in proc.stdout

@@ -18,16 +18,16 @@ SMALL_DATA = [
 ]
 
 
-def test_the_example_evaluates_every_3_epochs(tmp_path: Path) -> None:
+def test_the_example_evaluates_every_4_epochs(tmp_path: Path) -> None:
     proc = train(tmp_path, options=SMALL_DATA)
     records = json_records(tmp_path)
     evaluations = [r for r in records if r["mode"] == "val"]
-    assert [r["epoch"] for r in evaluations] == [0, 3, 6, 9, 12]
+    assert [r["epoch"] for r in evaluations] == [0, 4, 8, 12]
     (meta,) = [r for r in records if r["mode"] == "meta"]
     per_epoch = meta["iters_per_epoch"]
-    assert [r["iter"] for r in evaluations] == [e * per_epoch for e in (0, 3, 6, 9, 12)]
-    assert [r["tag"] for r in evaluations] == ["before training"] + ["val"] * 4
-    assert proc.stdout.count("Epoch(val) [") == 4
+    assert [r["iter"] for r in evaluations] == [e * per_epoch for e in (0, 4, 8, 12)]
+    assert [r["tag"] for r in evaluations] == ["before training"] + ["val"] * 3
+    assert proc.stdout.count("Epoch(val) [") == 3
     # The run's last line still gives the first and the last evaluation.
     before, after = evaluations[0]["mAP"], evaluations[-1]["mAP"]
     assert f"mAP@0.5 before training: {before:.4f}, after: {after:.4f}" in proc.stdout
