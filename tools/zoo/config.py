@@ -11,8 +11,6 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
-#: Packages some configs use that installing mmdet does not install: those configs are skipped.
-OPTIONAL_PACKAGES = ("mmcls", "timm", "sklearn")
 #: RoIs an R-CNN head samples per training image, at most (the configs say 128 to 512; the
 #: images are small). ``--config-rois`` keeps the configs' numbers.
 RCNN_ROIS = 32
@@ -23,7 +21,7 @@ DETECTIONS = 100
 
 
 def load_config(path: Path) -> Any:
-    """The config with mmdet's own compatibility passes, custom imports not yet made.
+    """The config, custom imports not yet made.
 
     Args:
         path: The config file.
@@ -33,26 +31,18 @@ def load_config(path: Path) -> Any:
     """
     from mmcv import Config
 
-    cfg = Config.fromfile(str(path), import_custom_modules=False)
-    try:
-        from mmdet.utils import compat_cfg, replace_cfg_vals
-
-        cfg = replace_cfg_vals(cfg)
-        if "data" in cfg:  # compat_cfg reads it
-            cfg = compat_cfg(cfg)
-    except ImportError:  # older mmdet 2.x
-        pass
-    return cfg
+    return Config.fromfile(str(path), import_custom_modules=False)
 
 
-def needed_package(cfg: Any) -> Optional[str]:
+def needed_package(cfg: Any, optional: Sequence[str]) -> Optional[str]:
     """An optional package the config needs and this machine lacks (custom_imports, types).
 
     Args:
         cfg: The config.
+        optional: The packages to look for.
 
     Returns:
-        One of :data:`OPTIONAL_PACKAGES`, or None where nothing is missing.
+        One of ``optional``, or None where nothing is missing.
     """
     names: List[str] = list((cfg.get("custom_imports") or {}).get("imports") or [])
     for node in dicts(cfg.get("model")):
@@ -60,7 +50,7 @@ def needed_package(cfg: Any) -> Optional[str]:
             names.append(node["type"])
     for name in names:
         root = name.split(".")[0]
-        if root in OPTIONAL_PACKAGES and importlib.util.find_spec(root) is None:
+        if root in optional and importlib.util.find_spec(root) is None:
             return root
     return None
 

@@ -8,22 +8,26 @@ from pathlib import Path
 from typing import Dict, List
 
 from mmpar_zoo.cli import fail
+from mmpar_zoo.codebase import Codebase
 
 
-def default_configs_root() -> Path:
-    """The installed mmdet's ``.mim/configs``, found without importing mmdet.
+def default_configs_root(codebase: Codebase) -> Path:
+    """The installed codebase's ``.mim/configs``, found without importing it.
+
+    Args:
+        codebase: The codebase (its ``package`` and ``distribution``).
 
     Returns:
-        The folder of model directories that mmdet's wheel ships.
+        The folder of model directories that the codebase's wheel ships.
 
     Raises:
-        SystemExit: A user error (``fail``) where mmdet is not installed.
+        SystemExit: A user error (``fail``) where the codebase is not installed.
     """
-    spec = importlib.util.find_spec("mmdet")
+    spec = importlib.util.find_spec(codebase.package)
     if spec is None or not spec.submodule_search_locations:
         fail(
-            "mmdet is not installed; install mmdet 2.x (pip install 'mmdet<3'), or give "
-            "--configs-root"
+            f"{codebase.distribution} is not installed; install it ({codebase.install}), "
+            "or give --configs-root"
         )
     return Path(list(spec.submodule_search_locations)[0]) / ".mim" / "configs"
 
@@ -31,17 +35,20 @@ def default_configs_root() -> Path:
 def find_configs(root: Path) -> Dict[str, List[str]]:
     """Model directory -> its config paths relative to ``root``, sorted.
 
+    A model directory is a folder that holds configs, at any depth
+    (``faster_rcnn``, ``textdet/dbnet``); folders whose name starts with ``_`` or
+    ``.`` (``_base_``), and what they hold, are left out.
+
     Args:
-        root: The folder of model directories (``<dir>/<name>.py``); directories whose
-            name starts with ``_`` or ``.`` (``_base_``) are left out.
+        root: The folder of model directories.
     """
     found: Dict[str, List[str]] = {}
-    for path in sorted(root.glob("*/*.py")):
-        directory = path.parent.name
-        if directory.startswith(("_", ".")):
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        if len(rel.parts) < 2 or any(p.startswith(("_", ".")) for p in rel.parts[:-1]):
             continue
-        found.setdefault(directory, []).append(path.relative_to(root).as_posix())
-    return found
+        found.setdefault(rel.parent.as_posix(), []).append(rel.as_posix())
+    return {d: sorted(found[d]) for d in sorted(found)}
 
 
 def select_configs(args: argparse.Namespace, root: Path) -> List[str]:
@@ -63,16 +70,17 @@ def select_configs(args: argparse.Namespace, root: Path) -> List[str]:
     found = find_configs(root)
     if not found:
         fail(f"--configs-root: {root} holds no model directory with configs (<dir>/<name>.py)")
-    dirs = sorted(found)
+    dirs = list(found)
     if args.dirs is not None:
         asked = [d.strip().strip("/") for d in args.dirs.split(",") if d.strip()]
-        unknown = [d for d in asked if d not in found]
+        chosen_dirs = {d: [k for k in found if k == d or k.startswith(d + "/")] for d in asked}
+        unknown = [d for d, ks in chosen_dirs.items() if not ks]
         if unknown or not asked:
             fail(
                 f"--dirs: no model directory {', '.join(map(repr, unknown)) or repr(args.dirs)} "
                 f"under {root} (there are {len(found)}: {', '.join(dirs[:8])}, ...)"
             )
-        dirs = sorted(set(asked))
+        dirs = sorted({k for ks in chosen_dirs.values() for k in ks})
     chosen: List[str] = []
     for directory in dirs:
         paths = [p for p in found[directory] if args.filter is None or args.filter in p]
