@@ -46,6 +46,8 @@ class Codebase:
         optional: Packages some configs need that installing the codebase does not
             install: such configs are skipped and not counted.
         build_only: Whether a config only builds (no batches, no steps).
+        init_weights: Whether the codebase's train script calls ``init_weights`` after
+            building (mmpose's models initialize themselves, and some have no such method).
     """
 
     name = ""
@@ -55,6 +57,7 @@ class Codebase:
     modules: Tuple[str, ...] = ()
     optional: Tuple[str, ...] = ()
     build_only = False
+    init_weights = True
 
     def load_config(self, path: Path) -> Any:
         """The config, custom imports not yet made."""
@@ -75,7 +78,8 @@ class Codebase:
         cfg.load_from = None
         cfg.resume_from = None
         model = self.builder(cfg)
-        model.init_weights()
+        if self.init_weights:
+            model.init_weights()
         return model
 
     def prepare_config(self, cfg: Any, config_rois: bool) -> None:

@@ -44,7 +44,7 @@ def needed_package(cfg: Any, optional: Sequence[str]) -> Optional[str]:
     Returns:
         One of ``optional``, or None where nothing is missing.
     """
-    names: List[str] = list((cfg.get("custom_imports") or {}).get("imports") or [])
+    names = custom_imports(cfg)
     for node in dicts(cfg.get("model")):
         if isinstance(node.get("type"), str) and "." in node["type"]:
             names.append(node["type"])
@@ -55,9 +55,15 @@ def needed_package(cfg: Any, optional: Sequence[str]) -> Optional[str]:
     return None
 
 
+def custom_imports(cfg: Any) -> List[str]:
+    """The modules the config's ``custom_imports`` names (a list, or one name as mmcv allows)."""
+    names = (cfg.get("custom_imports") or {}).get("imports") or []
+    return [names] if isinstance(names, str) else list(names)
+
+
 def import_custom_modules(cfg: Any) -> None:
     """Import the modules the config's ``custom_imports`` names."""
-    for name in (cfg.get("custom_imports") or {}).get("imports") or []:
+    for name in custom_imports(cfg):
         importlib.import_module(name)
 
 
@@ -95,8 +101,8 @@ def strip_pretrained(model_cfg: Any, configs_root: Path) -> None:
             node["init_cfg"] = None
         elif isinstance(init, (list, tuple)):
             node["init_cfg"] = [i for i in init if not _is_pretrained(i)] or None
-        if isinstance(node.get("backbone"), dict):
-            node["backbone"]["init_cfg"] = None
+        if isinstance(node.get("backbone"), dict) and "init_cfg" in node["backbone"]:
+            node["backbone"]["init_cfg"] = None  # LeNet5 and others take no init_cfg
         if "teacher_ckpt" in node:
             node["teacher_ckpt"] = None
         if isinstance(node.get("teacher_config"), str):

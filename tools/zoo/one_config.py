@@ -10,6 +10,7 @@ with the stage and the error, or SKIP with the reason.
 from __future__ import annotations
 
 import random
+import re
 import time
 import traceback
 from pathlib import Path
@@ -110,6 +111,9 @@ def run_config(
         package = _missing_optional(exc, codebase.optional)
         if package is not None:
             return dict(result, status="SKIP", reason=f"needs {package}")
+        missing = _missing_file(exc) if stage == "build" else None
+        if missing is not None:  # a model that reads data the codebase does not ship
+            return dict(result, status="SKIP", reason=f"needs the file {missing}")
         lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
         return dict(
             result,
@@ -152,6 +156,14 @@ def _explain(message: str) -> str:
     if "re-initialize CUDA in forked subprocess" in message and torch.cuda.device_count() == 0:
         return f"the model calls CUDA, and this machine has no GPU (torch: {message})"
     return message
+
+
+def _missing_file(exc: BaseException) -> Optional[str]:
+    """The file whose absence ``exc`` reports (mmcv's registry keeps the message only)."""
+    if not isinstance(exc, FileNotFoundError):
+        return None
+    match = re.search(r"No such file or directory: '([^']+)'", str(exc))
+    return exc.filename or (match.group(1) if match else None)
 
 
 def _missing_optional(exc: BaseException, optional: Sequence[str]) -> Optional[str]:
