@@ -86,7 +86,7 @@ def _is_pretrained(init: Any) -> bool:
 def strip_pretrained(model_cfg: Any, configs_root: Path) -> None:
     """Drop every pretrained weight from a model config, in place.
 
-    ``pretrained`` keys, ``init_cfg`` entries of type ``Pretrained``, every
+    ``pretrained`` values, ``init_cfg`` entries of type ``Pretrained``, every
     backbone's ``init_cfg``, and teachers' checkpoints (a teacher's config is
     loaded, stripped the same way, and given inline).
 
@@ -95,7 +95,8 @@ def strip_pretrained(model_cfg: Any, configs_root: Path) -> None:
         configs_root: The folder of model directories, where teachers' configs are.
     """
     for node in list(dicts(model_cfg)):
-        node.pop("pretrained", None)
+        if "pretrained" in node:  # None, not dropped: mmaction2's ResNet3d requires the argument
+            node["pretrained"] = None
         init = node.get("init_cfg")
         if _is_pretrained(init):
             node["init_cfg"] = None
