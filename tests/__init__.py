@@ -1,5 +1,7 @@
-"""mmpar's tests: a regular package, so that no installed package named ``tests`` shadows it.
+"""mmpar's tests, a regular package.
 
-mmsegmentation's and mmpose's wheels install a top-level ``tests`` package, and a regular
-package anywhere on ``sys.path`` wins over a namespace package found first.
+Some codebases' wheels (mmsegmentation 0.30.0, mmpose 0.29.0) install a top-level
+``tests`` package into site-packages, and a regular package there shadows a
+namespace package of the same name wherever it sits on ``sys.path``: without this
+file ``from tests.compat._mmcv_env import ...`` would import theirs.
 """

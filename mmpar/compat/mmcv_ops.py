@@ -10,7 +10,7 @@ On the first import of ``mmcv.ops`` the ops are registered in mmcv's registries
 (``DCN``, ``DCNv2``, ``SAC``, ``MMSyncBN``, ``carafe``, ...) as mmcv's own
 ``mmcv/ops/__init__.py`` does.
 
-A name that mmcv 1.x has and mmpar does not supply (``nms_rotated``, a 3D op) is
+A name that mmcv 1.x has and mmpar does not supply (``nms_quadri``, a 3D op) is
 a :class:`MissingOpError`, an ``ImportError`` of one line that names it and
 says what to do; ``from mmcv.ops import X`` passes it on unchanged. Being an
 ``ImportError``, it also escapes ``hasattr(mmcv.ops, X)`` and ``getattr(mmcv.ops,

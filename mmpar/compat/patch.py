@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from mmpar.compat.cpu_dist import enable_cpu_dist
 from mmpar.compat.mmcv_ops import resolve_mode, supply_mmcv_ops
 from mmpar.compat.mmcv_parallel import PACKAGE, PUBLIC, contents
+from mmpar.compat.numpy_aliases import restore_numpy_aliases
 from mmpar.compat.wrappers_link import link_wrapper_registry
 from mmpar.data_container import container_classes
 from mmpar.module_wrappers import MMCV_REGISTRY_MODULE
@@ -50,6 +51,11 @@ def patch_mmcv(ops: Optional[str] = None) -> None:
     One line on stderr says which ops are in use (see
     :func:`mmpar.compat.mmcv_ops.supply_mmcv_ops`).
 
+    numpy: the names numpy 1.24 and 2.0 removed (``np.int``, ``np.bool8``,
+    ``np.sctypes``, ...), which the codebases of mmcv 1.x's era and their
+    dependencies still read, are put back where numpy lacks them (see
+    :mod:`mmpar.compat.numpy_aliases`); numpy's own names are never changed.
+
     Processes started with ``spawn`` or ``forkserver`` (spawned DataLoader
     workers, ``mp.spawn``) re-run the main script's top level, so the patch
     line at its top runs there too; forked processes inherit it.
@@ -66,6 +72,7 @@ def patch_mmcv(ops: Optional[str] = None) -> None:
     """
     mode = resolve_mode(ops)
     mmcv = _import_mmcv1()
+    restore_numpy_aliases()
     supply_mmcv_ops(mode)
     enable_cpu_dist()
     current = sys.modules.get(PACKAGE)

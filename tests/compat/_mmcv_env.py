@@ -1,7 +1,17 @@
 """The environment of the interop tests against the real mmcv 1.x and mmdet 2.x.
 
-CI installs mmcv 1.7.2 (pure Python, no compiled ops) and mmdet 2.28.2 with
-``.ci/install_mmcv.sh``; on a machine without them these tests skip.
+CI installs mmcv 1.7.2 (pure Python, no compiled ops), mmdet 2.28.2 and the other
+codebases with ``python -m mmpar.compat.install`` (``.ci/run``), and mmcv 1.7.0 with
+mmpose and mmaction2 into ``MMCV_170_DIR``; on a machine without them these tests skip.
+
+``MMCV_170_DIR``, ``requires_mmcv170``, ``mmcv170_env(**extra) -> dict``
+    The folder holding mmcv 1.7.0 (and mmpose 0.29.0, mmaction2 0.24.1 and their
+    requirements where the main environment lacks them): these codebases refuse
+    mmcv > 1.7.0 on import. ``.ci/run`` installs it with ``python -m
+    mmpar.compat.install --target``; ``$MMPAR_MMCV_170_DIR`` moves it. The marker
+    skips where it holds no mmcv 1.7.0; ``mmcv170_env`` is :func:`child_env` with
+    the folder right after this checkout on ``PYTHONPATH``, so that a child
+    imports mmcv 1.7.0 (and, from the main environment, everything else).
 
 ``requires_mmcv`` / ``requires_mmdet``
     ``pytest.mark.skipif`` markers: mmcv 1.x (``mmcv`` or ``mmcv-full``) /
@@ -75,14 +85,17 @@ import pytest
 from tests._coco_files import write_coco_files
 
 __all__ = [
+    "MMCV_170_DIR",
     "REPO_ROOT",
     "SMALL_COCO",
     "child_env",
     "install_stand_ins",
+    "mmcv170_env",
     "mmcv_version",
     "mmdet_version",
     "mmdet_train_pipeline",
     "requires_mmcv",
+    "requires_mmcv170",
     "requires_mmdet",
     "requires_mmpar_ops",
     "requires_torchvision",
@@ -117,13 +130,34 @@ def _major(version: Optional[str]) -> Optional[str]:
 
 requires_mmcv = pytest.mark.skipif(
     _major(mmcv_version()) != "1",
-    reason=f"needs mmcv 1.x (installed: {mmcv_version()}); see .ci/install_mmcv.sh",
+    reason=f"needs mmcv 1.x (installed: {mmcv_version()}); see python -m mmpar.compat.install",
 )
 requires_mmdet = pytest.mark.skipif(
     _major(mmcv_version()) != "1" or _major(mmdet_version()) != "2",
     reason=(
         f"needs mmcv 1.x and mmdet 2.x (installed: {mmcv_version()}, {mmdet_version()}); "
-        "see .ci/install_mmcv.sh"
+        "see python -m mmpar.compat.install"
+    ),
+)
+
+
+#: mmcv 1.7.0 beside the main mmcv, for mmpose and mmaction2 (the default is also .ci/run's).
+MMCV_170_DIR = Path(
+    os.environ.get("MMPAR_MMCV_170_DIR")
+    or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mmpar" / "mmcv-1.7.0"
+)
+
+
+def _mmcv170_installed() -> bool:
+    found = metadata.distributions(name="mmcv", path=[str(MMCV_170_DIR)])
+    return any(dist.version == "1.7.0" for dist in found)
+
+
+requires_mmcv170 = pytest.mark.skipif(
+    not _mmcv170_installed(),
+    reason=(
+        f"needs mmcv 1.7.0 in {MMCV_170_DIR} ($MMPAR_MMCV_170_DIR): python -m "
+        "mmpar.compat.install --target DIR mmpose mmaction2 installs it (.ci/run does)"
     ),
 )
 
@@ -250,6 +284,13 @@ def child_env(**extra: str) -> dict:
     paths = [str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env.update(extra)
+    return env
+
+
+def mmcv170_env(**extra: str) -> dict:
+    env = child_env(**extra)
+    root, *rest = env["PYTHONPATH"].split(os.pathsep)
+    env["PYTHONPATH"] = os.pathsep.join([root, str(MMCV_170_DIR), *rest])
     return env
 
 

@@ -112,9 +112,9 @@ def test_ops_are_registered_in_mmcvs_registries_as_mmcv_registers_its_own() -> N
 @pytest.mark.parametrize(
     "statement, missing",
     [
-        ("from mmcv.ops import nms_rotated", "mmcv.ops.nms_rotated"),
-        ("from mmcv.ops.nms import nms_rotated", "mmcv.ops.nms.nms_rotated"),
-        ("import mmcv.ops.box_iou_rotated", "mmcv.ops.box_iou_rotated"),
+        ("from mmcv.ops import nms_quadri", "mmcv.ops.nms_quadri"),
+        ("from mmcv.ops.nms import nms_quadri", "mmcv.ops.nms.nms_quadri"),
+        ("import mmcv.ops.box_iou_quadri", "mmcv.ops.box_iou_quadri"),
     ],
 )
 def test_an_op_mmpar_does_not_supply_is_one_line_that_names_it_and_what_to_do(

@@ -17,9 +17,14 @@ from types import ModuleType
 from typing import Any, Dict
 
 from mmpar.compat.ops import deprecated_wrappers, saconv
+from mmpar.compat.ops.active_rotated_filter import active_rotated_filter
 from mmpar.compat.ops.bbox import bbox_overlaps
+from mmpar.compat.ops.box_iou_rotated import box_iou_rotated
 from mmpar.compat.ops.carafe import CARAFE, CARAFENaive, CARAFEPack, carafe, carafe_naive
 from mmpar.compat.ops.cc_attention import CrissCrossAttention
+from mmpar.compat.ops.chamfer_distance import chamfer_distance
+from mmpar.compat.ops.contour_expand import contour_expand
+from mmpar.compat.ops.convex_iou import convex_giou, convex_iou
 from mmpar.compat.ops.corner_pool import CornerPool
 from mmpar.compat.ops.deform_conv import DeformConv2d, DeformConv2dPack, deform_conv2d
 from mmpar.compat.ops.deform_roi_pool import (
@@ -28,12 +33,14 @@ from mmpar.compat.ops.deform_roi_pool import (
     ModulatedDeformRoIPoolPack,
     deform_roi_pool,
 )
+from mmpar.compat.ops.diff_iou_rotated import diff_iou_rotated_2d, diff_iou_rotated_3d
 from mmpar.compat.ops.focal_loss import (
     SigmoidFocalLoss,
     SoftmaxFocalLoss,
     sigmoid_focal_loss,
     softmax_focal_loss,
 )
+from mmpar.compat.ops.fused_bias_leakyrelu import FusedBiasLeakyReLU, fused_bias_leakyrelu
 from mmpar.compat.ops.info import (
     get_compiler_version,
     get_compiling_cuda_version,
@@ -41,22 +48,30 @@ from mmpar.compat.ops.info import (
 )
 from mmpar.compat.ops.masked_conv import MaskedConv2d, masked_conv2d
 from mmpar.compat.ops.merge_cells import ConcatCell, GlobalPoolingCell, SumCell
+from mmpar.compat.ops.min_area_polygons import min_area_polygons
 from mmpar.compat.ops.modulated_deform_conv import (
     ModulatedDeformConv2d,
     ModulatedDeformConv2dPack,
     modulated_deform_conv2d,
 )
 from mmpar.compat.ops.multi_scale_deform_attn import MultiScaleDeformableAttention
-from mmpar.compat.ops.nms import batched_nms, nms, nms_match, soft_nms
+from mmpar.compat.ops.nms import batched_nms, nms, nms_match, nms_rotated, soft_nms
+from mmpar.compat.ops.pixel_group import pixel_group
 from mmpar.compat.ops.point_sample import (
     SimpleRoIAlign,
     point_sample,
     rel_roi_point_to_rel_img_point,
 )
+from mmpar.compat.ops.points_in_polygons import points_in_polygons
 from mmpar.compat.ops.psa_mask import PSAMask
+from mmpar.compat.ops.riroi_align_rotated import RiRoIAlignRotated, riroi_align_rotated
 from mmpar.compat.ops.roi_align import RoIAlign, roi_align
+from mmpar.compat.ops.roi_align_rotated import RoIAlignRotated, roi_align_rotated
 from mmpar.compat.ops.roi_pool import RoIPool, roi_pool
+from mmpar.compat.ops.rotated_feature_align import rotated_feature_align
 from mmpar.compat.ops.sync_bn import SyncBatchNorm
+from mmpar.compat.ops.tin_shift import TINShift, tin_shift
+from mmpar.compat.ops.upfirdn2d import upfirdn2d
 
 #: mmcv's module name (``nms`` for ``mmcv.ops.nms``) -> mmpar's module. Several
 #: share their name with a function (``nms``, ``roi_align``), which wins the
@@ -64,26 +79,41 @@ from mmpar.compat.ops.sync_bn import SyncBatchNorm
 MODULES: Dict[str, ModuleType] = {
     name: sys.modules[f"{__name__}.{name}"]
     for name in (
+        "active_rotated_filter",
         "bbox",
+        "box_iou_rotated",
         "carafe",
         "cc_attention",
+        "chamfer_distance",
+        "convex_iou",
+        "contour_expand",
         "corner_pool",
         "deform_conv",
         "deform_roi_pool",
         "deprecated_wrappers",
+        "diff_iou_rotated",
         "focal_loss",
+        "fused_bias_leakyrelu",
         "info",
         "masked_conv",
         "merge_cells",
+        "min_area_polygons",
         "modulated_deform_conv",
         "multi_scale_deform_attn",
         "nms",
+        "pixel_group",
         "point_sample",
+        "points_in_polygons",
         "psa_mask",
+        "riroi_align_rotated",
         "roi_align",
+        "roi_align_rotated",
         "roi_pool",
+        "rotated_feature_align",
         "saconv",
         "sync_bn",
+        "tin_shift",
+        "upfirdn2d",
     )
 }
 
@@ -130,10 +160,32 @@ __all__ = [
     "rel_roi_point_to_rel_img_point",
     "SimpleRoIAlign",
     "SAConv2d",
+    "TINShift",
+    "tin_shift",
+    "upfirdn2d",
+    "FusedBiasLeakyReLU",
+    "fused_bias_leakyrelu",
+    "pixel_group",
+    "contour_expand",
+    "rotated_feature_align",
+    "RiRoIAlignRotated",
+    "riroi_align_rotated",
+    "RoIAlignRotated",
+    "roi_align_rotated",
+    "box_iou_rotated",
+    "nms_rotated",
     "MultiScaleDeformableAttention",
+    "points_in_polygons",
+    "min_area_polygons",
+    "convex_iou",
+    "convex_giou",
+    "chamfer_distance",
+    "active_rotated_filter",
     "ConcatCell",
     "SumCell",
     "GlobalPoolingCell",
+    "diff_iou_rotated_2d",
+    "diff_iou_rotated_3d",
     "Conv2d",
     "ConvTranspose2d",
     "Linear",

@@ -9,10 +9,12 @@
 * :func:`batched_nms` is mmcv's: the per-class coordinate offsets, ``split_thr``,
   ``class_agnostic`` and ``max_num`` in ``nms_cfg``, and ``nms_cfg=None``.
 * :func:`nms_match` groups boxes as mmcv's ``nms_match_cpu`` does.
+* :func:`nms_rotated` is :mod:`mmpar.compat.ops.rotated_nms`'s, re-exported here;
+  ``batched_nms`` runs it on rotated ``(N, 5)`` boxes.
 
 mmcv's kernels take float32 only; here float64 runs in float64, and
 float16/bfloat16 run in float32 (the returned boxes keep the input's dtype).
-``nms_rotated`` and ``nms_quadri`` are not supplied.
+``nms_quadri`` is not supplied.
 """
 
 from __future__ import annotations
@@ -29,15 +31,16 @@ from mmpar.compat.ops.backend import (
     torchvision_ops,
     unsupported,
 )
+from mmpar.compat.ops.rotated_nms import nms_rotated
 
-__all__ = ["batched_nms", "nms", "nms_match", "soft_nms"]
+__all__ = ["batched_nms", "nms", "nms_match", "nms_rotated", "soft_nms"]
 
 ArrayLike = Union[Tensor, np.ndarray]
 
 #: soft_nms's methods, numbered as mmcv's kernel numbers them.
 _SOFT_NMS_METHODS = {"naive": 0, "linear": 1, "gaussian": 2}
 #: ``nms_cfg['type']`` values that mmcv resolves and mmpar does not supply.
-_NOT_SUPPLIED = ("nms_rotated", "nms_quadri")
+_NOT_SUPPLIED = ("nms_quadri",)
 
 
 #: Lets a function take mmcv's deprecated keyword ``iou_thr`` for ``iou_threshold``.
@@ -354,14 +357,16 @@ def batched_nms(
     input order. No boxes give no boxes (where mmcv fails on the max of none).
 
     Args:
-        boxes: ``(N, 4)`` float, ``x1, y1, x2, y2``. (mmcv's rotated ``(N, 5)``
-            boxes raise ``UnsupportedOpError``, except with ``nms_cfg=None``.)
+        boxes: ``(N, 4)`` float, ``x1, y1, x2, y2``; or with ``type``
+            ``"nms_rotated"``, ``(N, 5)`` rotated boxes (classes are moved apart by
+            their centres).
         scores: ``(N,)`` float.
         idxs: ``(N,)`` int, the class of each box.
         nms_cfg: ``None`` to skip NMS (all boxes, sorted by score), or a dict:
-            ``type`` (``"nms"``, the default, or ``"soft_nms"``), ``split_thr``
-            (default 10000), ``class_agnostic`` (overrides the argument), and the
-            keyword arguments of the NMS op (``iou_threshold``, ``max_num``, ...).
+            ``type`` (``"nms"``, the default, ``"soft_nms"`` or ``"nms_rotated"``),
+            ``split_thr`` (default 10000), ``class_agnostic`` (overrides the
+            argument), and the keyword arguments of the NMS op (``iou_threshold``,
+            ``max_num``, ...).
         class_agnostic: NMS over all boxes regardless of ``idxs``.
 
     Returns:
@@ -369,17 +374,18 @@ def batched_nms(
         highest first; and ``keep`` ``(K,)`` long: their indices in ``boxes``.
 
     Raises:
-        UnsupportedOpError: 5-column (rotated) boxes, or ``type`` ``nms_rotated``
-            or ``nms_quadri``.
-        ValueError: An unknown ``type``, or bad shapes.
+        UnsupportedOpError: ``type`` ``nms_quadri``.
+        ValueError: An unknown ``type``, or bad shapes (4 columns, or 5 for
+            ``nms_rotated``).
     """
     if nms_cfg is None:
         scores, inds = torch.sort(scores, descending=True, stable=True)
         return torch.cat([boxes[inds], scores[:, None]], -1), inds
     cfg = dict(nms_cfg)
     class_agnostic = cfg.pop("class_agnostic", class_agnostic)
-    _check_batched(boxes, scores, idxs)
-    nms_op = _nms_op(cfg.pop("type", "nms"))
+    nms_type = cfg.pop("type", "nms")
+    nms_op = _nms_op(nms_type)
+    _check_batched(boxes, scores, idxs, 5 if nms_type == "nms_rotated" else 4)
     boxes_for_nms = boxes if class_agnostic else _move_classes_apart(boxes, idxs)
     split_thr = cfg.pop("split_thr", 10000)
     if boxes_for_nms.shape[0] < split_thr:
@@ -392,17 +398,17 @@ def batched_nms(
     return torch.cat([kept_boxes, kept_scores[:, None]], -1), keep
 
 
-def _check_batched(boxes: Tensor, scores: Tensor, idxs: Tensor) -> None:
+def _check_batched(boxes: Tensor, scores: Tensor, idxs: Tensor, columns: int) -> None:
     for name, value in (("boxes", boxes), ("scores", scores), ("idxs", idxs)):
         if not isinstance(value, Tensor):
             raise TypeError(
                 f"mmcv.ops.batched_nms: {name} must be a torch.Tensor, got {type(value).__name__}"
             )
-    if boxes.dim() == 2 and boxes.shape[1] == 5:
-        raise unsupported("batched_nms", "boxes.shape[1]", 5, "(N, 4) axis-aligned boxes")
-    if boxes.dim() != 2 or boxes.shape[1] != 4:
+    if boxes.dim() != 2 or boxes.shape[1] != columns:
+        kind = "nms_cfg type 'nms_rotated'" if columns == 5 else "this nms_cfg type"
         raise ValueError(
-            f"mmcv.ops.batched_nms: boxes must have shape (N, 4), got {tuple(boxes.shape)}"
+            f"mmcv.ops.batched_nms: boxes must have shape (N, {columns}) for {kind}, "
+            f"got {tuple(boxes.shape)}"
         )
     n = boxes.shape[0]
     for name, value in (("scores", scores), ("idxs", idxs)):
@@ -419,19 +425,27 @@ def _nms_op(name: str) -> Callable[..., Tuple[Tensor, Tensor]]:
         return nms
     if name == "soft_nms":
         return soft_nms
+    if name == "nms_rotated":
+        return nms_rotated
+    supplied = "'nms', 'soft_nms' or 'nms_rotated'"
     if name in _NOT_SUPPLIED:
-        raise unsupported("batched_nms", "nms_cfg['type']", name, "type='nms' or 'soft_nms'")
-    raise ValueError(
-        f"mmcv.ops.batched_nms: nms_cfg['type'] must be 'nms' or 'soft_nms', got {name!r}"
-    )
+        raise unsupported("batched_nms", "nms_cfg['type']", name, f"type={supplied}")
+    raise ValueError(f"mmcv.ops.batched_nms: nms_cfg['type'] must be {supplied}, got {name!r}")
 
 
 def _move_classes_apart(boxes: Tensor, idxs: Tensor) -> Tensor:
-    """``boxes`` shifted by ``idxs * (max coordinate + 1)``, so that classes never overlap."""
+    """``boxes`` shifted by ``idxs * (max coordinate + 1)``, so that classes never overlap.
+
+    Rotated boxes move by their centres, the max coordinate taken as mmcv does:
+    ``max(x, y) + max(w, h)``.
+    """
     if boxes.shape[0] == 0:  # mmcv fails on the max of no boxes; there is nothing to move
         return boxes
     # float16 would overflow at a few classes of large images; the NMS runs in float32 anyway.
     moved = boxes.float() if boxes.dtype in (torch.float16, torch.bfloat16) else boxes
+    if moved.shape[1] == 5:
+        offsets = idxs.to(moved) * (moved[:, :2].max() + moved[:, 2:4].max() + 1)
+        return torch.cat((moved[:, :2] + offsets[:, None], moved[:, 2:]), 1)
     offsets = idxs.to(moved) * (moved.max() + 1)
     return moved + offsets[:, None]
 

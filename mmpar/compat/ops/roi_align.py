@@ -32,8 +32,9 @@ _CHUNK_ELEMENTS = 1 << 24
 Size = Union[int, Sequence[int]]
 
 
-def size_pair(op: str, value: Size) -> tuple[int, int]:
-    """``(h, w)`` from an int or a pair of positive ints (mmcv's ``output_size``)."""
+def size_pair(op: str, value: Size, param: str = "output_size") -> tuple[int, int]:
+    """``(h, w)`` from an int or a pair of positive ints (mmcv's ``output_size``; errors name
+    ``param``)."""
     if isinstance(value, bool):
         pair: tuple[Any, ...] = ()
     elif isinstance(value, int):
@@ -44,17 +45,20 @@ def size_pair(op: str, value: Size) -> tuple[int, int]:
         except TypeError:
             pair = ()
     if len(pair) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in pair):
-        raise TypeError(f"mmcv.ops.{op}: output_size must be an int or (h, w) ints, got {value!r}")
+        raise TypeError(f"mmcv.ops.{op}: {param} must be an int or (h, w) ints, got {value!r}")
     if min(pair) <= 0:
-        raise ValueError(f"mmcv.ops.{op}: output_size must be positive, got {value!r}")
+        raise ValueError(f"mmcv.ops.{op}: {param} must be positive, got {value!r}")
     return pair
 
 
-def check_roi_inputs(op: str, input: Any, rois: Any) -> None:
+def check_roi_inputs(
+    op: str, input: Any, rois: Any, fields: str = "batch_idx, x1, y1, x2, y2"
+) -> None:
     """Raise ``TypeError``/``ValueError`` unless ``input`` is (N, C, H, W) float and ``rois``
-    is (K, 5) on the same device, finite, with batch indices in ``[0, N)`` (checked on CPU only,
+    is (K, F) on the same device, finite, with batch indices in ``[0, N)`` (checked on CPU only,
     where it costs no device sync; on CUDA, as with mmcv's kernels, out-of-range indices
-    read out of bounds and non-finite boxes give undefined results)."""
+    read out of bounds and non-finite boxes give undefined results). ``fields`` names the F
+    columns, comma-separated, the batch index first."""
     if not isinstance(input, Tensor) or not input.is_floating_point():
         found = input.dtype if isinstance(input, Tensor) else type(input).__name__
         raise TypeError(f"mmcv.ops.{op}: input must be a floating-point tensor, got {found}")
@@ -65,9 +69,10 @@ def check_roi_inputs(op: str, input: Any, rois: Any) -> None:
     if not isinstance(rois, Tensor) or rois.is_complex() or rois.dtype == torch.bool:
         found = rois.dtype if isinstance(rois, Tensor) else type(rois).__name__
         raise TypeError(f"mmcv.ops.{op}: rois must be a real-valued tensor, got {found}")
-    if rois.dim() != 2 or rois.shape[1] != 5:
+    columns = len(fields.split(","))
+    if rois.dim() != 2 or rois.shape[1] != columns:
         raise ValueError(
-            f"mmcv.ops.{op}: rois must have shape (K, 5) (batch_idx, x1, y1, x2, y2), "
+            f"mmcv.ops.{op}: rois must have shape (K, {columns}) ({fields}), "
             f"got {tuple(rois.shape)}"
         )
     if rois.device != input.device:
@@ -113,7 +118,7 @@ def roi_chunks(cells_h: Tensor, cells_w: Tensor, per_cell: int) -> list[tuple[Te
     return chunks
 
 
-def _bilinear_taps(coord: Tensor, size: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def bilinear_taps(coord: Tensor, size: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """mmcv's bilinear taps along one axis of length ``size``.
 
     Returns:
@@ -190,8 +195,8 @@ def _max_sample_coords(
             continue
         ys = _sample_coords(start_y[idx], bin_h[idx], grid_h[idx], ph, top_h)  # (k, PH, Gh)
         xs = _sample_coords(start_x[idx], bin_w[idx], grid_w[idx], pw, top_w)  # (k, PW, Gw)
-        y_lo, y_hi, wy_lo, wy_hi = (t[:, :, None, :, None] for t in _bilinear_taps(ys, h))
-        x_lo, x_hi, wx_lo, wx_hi = (t[:, None, :, None, :] for t in _bilinear_taps(xs, w))
+        y_lo, y_hi, wy_lo, wy_hi = (t[:, :, None, :, None] for t in bilinear_taps(ys, h))
+        x_lo, x_hi, wx_lo, wx_hi = (t[:, None, :, None, :] for t in bilinear_taps(xs, w))
         rows = batch[idx][:, None, None, None, None] * h
         values = None
         for y_i, wy in ((y_lo, wy_lo), (y_hi, wy_hi)):
@@ -222,8 +227,8 @@ def _read_at(
         has_samples: ``(K,)`` bool; a roi whose grid is empty gives 0.
     """
     _, c, h, w = feat.shape
-    y_lo, y_hi, wy_lo, wy_hi = _bilinear_taps(best_y, h)
-    x_lo, x_hi, wx_lo, wx_hi = _bilinear_taps(best_x, w)
+    y_lo, y_hi, wy_lo, wy_hi = bilinear_taps(best_y, h)
+    x_lo, x_hi, wx_lo, wx_hi = bilinear_taps(best_x, w)
     channel = torch.arange(c, device=feat.device)
     planes = (batch[:, None, None, None] * c + channel) * h  # (K, 1, 1, C)
     flat = feat.reshape(-1)

@@ -19,6 +19,14 @@ API:
     RoIAlign's neighbours and weights, clamped onto the map (roi_align,
     deform_roi_pool).
 
+``roi_align_read(fmap, y, x) -> (value, taps)``
+    RoIAlign's bilinear read of a map given as lists of rows, with the pixels and
+    weights it reads (the rotated ops).
+
+``rotated_roi_samples(roi, out_size, spatial_scale, sampling_ratio, aligned, clockwise)``
+    Where rotated RoI Align samples each bin of a ``(batch_idx, cx, cy, w, h, angle)``
+    roi, and the count it divides by (roi_align_rotated, riroi_align_rotated).
+
 ``box_overlap(a, b, mode="iou", offset=0) -> float``
     IoU / IoF of two boxes as mmcv's kernels define it (bbox_overlaps, nms).
 
@@ -29,6 +37,18 @@ API:
 ``MMCV_ROI_CASES``, ``GRADCHECK_ROIS``, ``roi_inputs``, ``assert_mmcv_roi_numbers``
     Inputs shared by the roi_align and roi_pool tests, and the check of mmcv's
     own expected numbers.
+
+``box_corners(box, clockwise=True) -> [(x, y)] * 4``
+    A rotated ``(cx, cy, w, h, angle)`` box's corners A, B, C, D, from the formula
+    of mmcv's ``box_iou_rotated`` docstring.
+
+``clipped_area(p, q) -> float``
+    The area of the intersection of two convex polygons (lists of ``(x, y)``),
+    by Sutherland-Hodgman clipping in Python floats.
+
+``rotated_overlap(a, b, mode="iou", clockwise=True) -> float``
+    IoU / IoF of two rotated boxes as mmcv's kernel defines it (0 below an area
+    of 1e-14, no epsilon).
 """
 
 from __future__ import annotations
@@ -116,6 +136,72 @@ def roi_align_corners(y: float, x: float, height: int, width: int) -> Optional[R
     ly, lx = yc - y_low, xc - x_low
     hy, hx = 1 - ly, 1 - lx
     return y_low, y_high, x_low, x_high, (hy * hx, hy * lx, ly * hx, ly * lx)
+
+
+def roi_align_read(
+    fmap: Sequence[Sequence[float]], y: float, x: float
+) -> Tuple[float, List[Tuple[int, int, float]]]:
+    """RoIAlign's bilinear read of ``fmap`` (a list of rows) at ``(y, x)``.
+
+    Returns:
+        ``(value, taps)``: the value, and the ``(row, col, weight)`` it is the weighted sum
+        of (none for a point more than a pixel off the map, which reads 0).
+    """
+    hit = roi_align_corners(y, x, len(fmap), len(fmap[0]))
+    if hit is None:
+        return 0.0, []
+    y_low, y_high, x_low, x_high, weights = hit
+    corners = ((y_low, x_low), (y_low, x_high), (y_high, x_low), (y_high, x_high))
+    taps = [(r, c, w) for (r, c), w in zip(corners, weights)]
+    return sum(w * fmap[r][c] for r, c, w in taps), taps
+
+
+def rotated_roi_samples(
+    roi: Sequence[float],
+    out_size: Tuple[int, int],
+    spatial_scale: float,
+    sampling_ratio: int,
+    aligned: bool,
+    clockwise: bool,
+) -> Tuple[List[List[List[Tuple[float, float]]]], int]:
+    """Where rotated RoI Align samples the bins of one roi.
+
+    The roi ``(batch_idx, cx, cy, w, h, angle)`` is scaled (centre shifted by -0.5 with
+    ``aligned``; at least 1 x 1 without) and cut into ``PH x PW`` bins in its own frame;
+    each bin has a ``gh x gw`` grid of samples at its sub-cells' centres (``gh =
+    sampling_ratio`` if positive, else ``ceil(h / PH)``, at least 0; likewise ``gw``).
+    A sample ``(yy, xx)`` from the centre lies at ``y = yy cos t - xx sin t + cy``,
+    ``x = yy sin t + xx cos t + cx`` in the map, ``t = -angle`` if ``clockwise`` else
+    ``angle``.
+
+    Returns:
+        ``(points, count)``: ``points[ph][pw]``, the bin's ``(y, x)`` samples; ``count =
+        max(gh * gw, 1)``, what the bin's sum is divided by.
+    """
+    off = 0.5 if aligned else 0.0
+    cx, cy = roi[1] * spatial_scale - off, roi[2] * spatial_scale - off
+    w, h = roi[3] * spatial_scale, roi[4] * spatial_scale
+    if not aligned:
+        w, h = max(w, 1.0), max(h, 1.0)
+    theta = -roi[5] if clockwise else roi[5]
+    cos, sin = math.cos(theta), math.sin(theta)
+    ph_n, pw_n = out_size
+    bin_h, bin_w = h / ph_n, w / pw_n
+    gh = sampling_ratio if sampling_ratio > 0 else max(math.ceil(bin_h), 0)
+    gw = sampling_ratio if sampling_ratio > 0 else max(math.ceil(bin_w), 0)
+    points = []
+    for ph in range(ph_n):
+        row = []
+        for pw in range(pw_n):
+            samples = []
+            for iy in range(gh):
+                yy = -h / 2 + ph * bin_h + (iy + 0.5) * bin_h / gh
+                for ix in range(gw):
+                    xx = -w / 2 + pw * bin_w + (ix + 0.5) * bin_w / gw
+                    samples.append((yy * cos - xx * sin + cy, yy * sin + xx * cos + cx))
+            row.append(samples)
+        points.append(row)
+    return points, max(gh * gw, 1)
 
 
 # ---------------------------------------------------------------- boxes
@@ -314,3 +400,79 @@ def assert_mmcv_roi_numbers(
         out.backward(torch.ones_like(out))
         torch.testing.assert_close(out.cpu(), torch.tensor(out_ref, dtype=dtype))
         torch.testing.assert_close(x.grad.cpu(), torch.tensor(grad_ref, dtype=dtype))
+
+
+# ---------------------------------------------------------------- rotated boxes and polygons
+
+Point = Tuple[float, float]
+
+
+def box_corners(box: Sequence[float], clockwise: bool = True) -> List[Point]:
+    """Corners A, B, C, D of ``(cx, cy, w, h, angle)``: ``c + R (sx * w / 2, sy * h / 2)``.
+
+    ``(sx, sy)`` runs ``(-1, -1), (1, -1), (1, 1), (-1, 1)``; ``R`` is
+    ``[[cos, -sin], [sin, cos]]`` (``clockwise``) or ``[[cos, sin], [-sin, cos]]``.
+    """
+    cx, cy, w, h, angle = (float(v) for v in box)
+    cos, sin = math.cos(angle), (math.sin(angle) if clockwise else -math.sin(angle))
+    corners = []
+    for sx, sy in ((-1, -1), (1, -1), (1, 1), (-1, 1)):
+        x, y = sx * w / 2, sy * h / 2
+        corners.append((cx + cos * x - sin * y, cy + sin * x + cos * y))
+    return corners
+
+
+def signed_area(poly: Sequence[Point]) -> float:
+    """The shoelace signed area."""
+    return (
+        sum(
+            poly[i][0] * poly[(i + 1) % len(poly)][1] - poly[(i + 1) % len(poly)][0] * poly[i][1]
+            for i in range(len(poly))
+        )
+        / 2
+    )
+
+
+def clipped_area(p: Sequence[Point], q: Sequence[Point]) -> float:
+    """The area of ``p`` intersected with ``q``, two convex polygons in either orientation.
+
+    Clips ``q`` by each edge of ``p`` in turn (Sutherland-Hodgman), keeping the side
+    of each edge where ``p`` lies; repeated vertices of ``p`` are skipped.
+    """
+    if signed_area(p) == 0:
+        return 0.0
+    if signed_area(p) < 0:
+        p = list(reversed(p))
+    out = [(float(x), float(y)) for x, y in q]
+    for i in range(len(p)):
+        (ax, ay), (bx, by) = p[i], p[(i + 1) % len(p)]
+        if (ax, ay) == (bx, by) or not out:
+            continue
+
+        def side(v: Point) -> float:
+            return (bx - ax) * (v[1] - ay) - (by - ay) * (v[0] - ax)
+
+        polygon, out = out, []
+        for j, cur in enumerate(polygon):
+            prev = polygon[j - 1]
+            d_cur, d_prev = side(cur), side(prev)
+            if (d_cur >= 0) != (d_prev >= 0):
+                t = d_prev / (d_prev - d_cur)
+                out.append((prev[0] + t * (cur[0] - prev[0]), prev[1] + t * (cur[1] - prev[1])))
+            if d_cur >= 0:
+                out.append(cur)
+    return abs(signed_area(out)) if len(out) > 2 else 0.0
+
+
+def rotated_overlap(
+    a: Sequence[float], b: Sequence[float], mode: str = "iou", clockwise: bool = True
+) -> float:
+    """IoU (or IoF: over ``a``'s area) of two ``(cx, cy, w, h, angle)`` boxes, as mmcv's kernel.
+
+    A box's area is ``w * h``; either below 1e-14 gives 0.
+    """
+    area_a, area_b = float(a[2]) * float(a[3]), float(b[2]) * float(b[3])
+    if area_a < 1e-14 or area_b < 1e-14:
+        return 0.0
+    inter = clipped_area(box_corners(a, clockwise), box_corners(b, clockwise))
+    return inter / (area_a + area_b - inter if mode == "iou" else area_a)

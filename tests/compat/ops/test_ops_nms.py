@@ -532,11 +532,11 @@ def test_batched_nms_deprecated_key_and_refusals() -> None:
     with pytest.warns(DeprecationWarning, match="iou_thr"):
         _, keep = batched_nms(boxes, scores, idxs, dict(type="nms", iou_thr=0.5))
     assert keep.tolist() == ref_batched_nms(boxes, scores, idxs, 0.5)
-    with pytest.raises(UnsupportedOpError, match=r"nms_cfg\['type'\]='nms_rotated'"):
-        batched_nms(boxes, scores, idxs, dict(type="nms_rotated", iou_threshold=0.5))
-    with pytest.raises(UnsupportedOpError, match=r"boxes\.shape\[1\]=5"):
+    with pytest.raises(UnsupportedOpError, match=r"nms_cfg\['type'\]='nms_quadri'"):
+        batched_nms(boxes, scores, idxs, dict(type="nms_quadri", iou_threshold=0.5))
+    with pytest.raises(ValueError, match=r"shape \(N, 4\) for this nms_cfg type, got \(4, 5\)"):
         batched_nms(torch.rand(4, 5), scores[:4], idxs[:4], dict(iou_threshold=0.5))
-    with pytest.raises(ValueError, match="must be 'nms' or 'soft_nms', got 'hard_nms'"):
+    with pytest.raises(ValueError, match="'soft_nms' or 'nms_rotated', got 'hard_nms'"):
         batched_nms(boxes, scores, idxs, dict(type="hard_nms", iou_threshold=0.5))
     with pytest.raises(ValueError, match=r"idxs must have shape \(N,\) = \(20,\), got \(19,\)"):
         batched_nms(boxes, scores, idxs[:19], dict(iou_threshold=0.5))
@@ -640,7 +640,7 @@ def test_signatures_match_mmcv() -> None:
     ours = sys.modules["mmpar.compat.ops.nms"]  # the package's ``nms`` is the function
 
     theirs = mmcv_signatures("nms")
-    assert set(theirs) - set(ours.__all__) == {"nms_rotated", "nms_quadri"}
+    assert set(theirs) - set(ours.__all__) == {"nms_quadri"}
     for name in ours.__all__:
         params = inspect.signature(getattr(ours, name)).parameters.values()
         got = [(p.name, None if p.default is p.empty else p.default) for p in params]

@@ -1,0 +1,256 @@
+"""What the installer knows without asking an index: mmcv 1.x's releases, the codebases,
+the mmcv range each accepts, and the few requirements it installs otherwise than written.
+
+The mmcv ranges are those each codebase's ``__init__`` asserts on import (its
+``Requires-Dist`` names ``mmcv-full`` only under the ``mim`` extra, which the
+installer ignores), for its default version, the last release built on mmcv 1.x.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from mmpar.compat.install.errors import InstallError
+
+__all__ = [
+    "ALIASES",
+    "BUILT_AGAINST_NUMPY",
+    "CODEBASES",
+    "CV2_DISTS",
+    "MMCV_BUILD_ENV",
+    "MMCV_BUILD_TOOLS",
+    "MMCV_RELEASES",
+    "NOT_INSTALLED",
+    "RELAXED",
+    "REPLACED",
+    "Codebase",
+    "Request",
+    "choose_mmcv",
+    "parse_codebases",
+]
+
+
+def _releases(minor: int, last: int) -> List[str]:
+    return [f"1.{minor}.{patch}" for patch in range(last + 1)]
+
+
+#: Every mmcv 1.x release from 1.3.0 on, oldest first.
+MMCV_RELEASES: Tuple[str, ...] = tuple(
+    _releases(3, 18) + _releases(4, 8) + _releases(5, 3) + _releases(6, 2) + _releases(7, 2)
+)
+
+
+#: What mmcv 1.x's sdist is built with, in a venv of its own: its setup.py imports
+#: pkg_resources, which setuptools 70 dropped; MMCV_WITH_OPS=0 builds no compiled op.
+MMCV_BUILD_TOOLS = ("setuptools<70", "wheel")
+MMCV_BUILD_ENV = {"MMCV_WITH_OPS": "0"}
+
+
+@dataclass(frozen=True)
+class Codebase:
+    """An OpenMMLab codebase built on mmcv 1.x.
+
+    Attributes:
+        dist: Its name on the package index.
+        module: Its import name.
+        default: The version installed when none is named: its last mmcv-1.x release.
+        mmcv: The mmcv versions its default version accepts on import (older versions
+            are taken to accept no newer mmcv).
+        needs: The other codebases it imports (installed with it, at their defaults).
+        setup_imports_torch: Its sdist's ``setup.py`` imports torch, so its wheel is
+            built by this Python, without build isolation.
+    """
+
+    dist: str
+    module: str
+    default: str
+    mmcv: str
+    needs: Tuple[str, ...] = ()
+    setup_imports_torch: bool = False
+
+    def mmcv_range(self) -> SpecifierSet:
+        return SpecifierSet(self.mmcv)
+
+
+CODEBASES: Dict[str, Codebase] = {
+    c.dist: c
+    for c in (
+        Codebase("mmdet", "mmdet", "2.28.2", ">=1.3.17,<=1.8.0"),
+        Codebase("mmsegmentation", "mmseg", "0.30.0", ">=1.3.13,<1.8.0", ("mmcls",)),
+        Codebase("mmrotate", "mmrotate", "0.3.4", ">=1.5.3,<=1.8.0", ("mmdet",)),
+        Codebase("mmocr", "mmocr", "0.6.3", ">=1.3.8,<1.8.0", ("mmdet",)),
+        Codebase("mmedit", "mmedit", "0.16.1", ">=1.3.13,<1.8.0"),
+        Codebase("mmaction2", "mmaction", "0.24.1", ">=1.3.6,<=1.7.0"),
+        Codebase("mmpose", "mmpose", "0.29.0", ">=1.3.8,<=1.7.0"),
+        Codebase("mmcls", "mmcls", "0.25.0", ">=1.4.2,<=1.9.0"),
+        Codebase("mmtrack", "mmtrack", "0.14.0", ">=1.3.17,<2.0.0", ("mmdet", "mmcls")),
+        Codebase(
+            "mmdet3d",
+            "mmdet3d",
+            "1.0.0rc6",
+            ">=1.5.2,<=1.7.0",
+            ("mmdet", "mmsegmentation"),
+            setup_imports_torch=True,
+        ),
+    )
+}
+
+#: Other names a codebase goes by on the command line (its import name).
+ALIASES: Dict[str, str] = {"mmseg": "mmsegmentation", "mmaction": "mmaction2"}
+
+#: Distributions that all install the one ``cv2`` package: any of them serves every
+#: requirement on another; where none is installed, the headless build is.
+CV2_DISTS = (
+    "opencv-python",
+    "opencv-python-headless",
+    "opencv-contrib-python",
+    "opencv-contrib-python-headless",
+)
+
+#: (who requires it, requirement name) -> what is installed instead, and why.
+REPLACED: Dict[Tuple[str, str], Tuple[str, str]] = {
+    ("mmcv", "yapf"): (
+        "yapf==0.40.1",
+        "mmcv.Config passes verify= to yapf, which yapf 0.40.2 dropped; yapf < 0.40 imports "
+        "lib2to3, gone in Python 3.13",
+    ),
+}
+
+#: (who requires it, requirement name) -> why its version bound is dropped: no release
+#: inside it installs on today's Python and numpy.
+RELAXED: Dict[Tuple[str, str], str] = {
+    ("mmtrack", "pandas"): "pandas <= 1.3.5 has no wheel for Python >= 3.11",
+    ("mmtrack", "scipy"): "scipy <= 1.7.3 has no wheel for Python >= 3.11",
+    ("mmdet3d", "numba"): "numba 0.53.0 has no wheel for Python >= 3.10",
+    ("mmdet3d", "networkx"): "networkx < 2.3 imports fractions.gcd, gone in Python 3.9",
+    ("mmdet3d", "trimesh"): "trimesh 2.35.39 uses numpy aliases removed in numpy 1.24",
+}
+
+#: (who requires it, requirement name) -> why it is not installed.
+NOT_INSTALLED: Dict[Tuple[str, str], str] = {
+    ("mmpose", "chumpy"): (
+        "its setup.py imports pip, so it does not build in pip's isolated builds, and it "
+        "imports numpy names removed in numpy 1.24; mmpose reads SMPL model files with it only"
+    ),
+}
+
+#: requirement name -> why it is built here, against the installed numpy, where that
+#: is numpy 2 or newer.
+BUILT_AGAINST_NUMPY: Dict[str, str] = {
+    "xtcocotools": "its wheels are compiled against numpy 1.x, which numpy 2 refuses to load",
+}
+
+_NAME_VERSION = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]*)(?:==([A-Za-z0-9.+!_-]+))?$")
+
+
+@dataclass
+class Request:
+    """The codebases to install, each with its version and who asked for it.
+
+    Attributes:
+        versions: dist name -> version, in installation order (needed ones first).
+        named: The dist names the user named.
+    """
+
+    versions: Dict[str, str]
+    named: List[str]
+
+
+def _known() -> str:
+    return ", ".join(sorted(CODEBASES) + sorted(ALIASES))
+
+
+def parse_codebases(args: Sequence[str]) -> Request:
+    """``["mmpose", "mmdet==2.25.0"]`` -> the codebases to install, the needed ones added.
+
+    Raises:
+        InstallError: an unknown name, a version bound other than ``==``, or one
+            codebase asked for at two versions.
+    """
+    named: Dict[str, Optional[str]] = {}
+    for arg in args:
+        match = _NAME_VERSION.match(arg.strip())
+        if match is None:
+            raise InstallError(f"codebase {arg!r}: expected NAME or NAME==VERSION")
+        name = match.group(1).lower()
+        dist = ALIASES.get(name, name)
+        if dist not in CODEBASES:
+            raise InstallError(f"unknown codebase {match.group(1)!r} (known: {_known()})")
+        version = match.group(2)
+        if named.get(dist) not in (None, version) and version is not None:
+            raise InstallError(f"codebase {dist} named twice: {named[dist]} and {version}")
+        named[dist] = version or named.get(dist)
+    versions: Dict[str, str] = {}
+
+    def add(dist: str) -> None:
+        for need in CODEBASES[dist].needs:
+            if need not in versions:
+                add(need)
+        if dist not in versions:
+            versions[dist] = named.get(dist) or CODEBASES[dist].default
+
+    for dist in named:
+        add(dist)
+    return Request(versions=versions, named=list(named))
+
+
+def _ranges(request: Request) -> List[Tuple[str, SpecifierSet]]:
+    """``("<codebase> <version>", mmcv range)`` for each codebase.
+
+    The range is the default version's: an older release accepts no newer mmcv (it
+    may accept fewer, which then shows on import).
+    """
+    return [
+        (f"{dist} {version}", CODEBASES[dist].mmcv_range())
+        for dist, version in request.versions.items()
+    ]
+
+
+def choose_mmcv(asked: Optional[str], request: Request) -> Tuple[str, str]:
+    """The mmcv version to install, and why.
+
+    Without ``asked``: the newest release that every codebase at its default
+    version accepts (1.7.2, or 1.7.0 with mmpose, mmaction2 or mmdet3d).
+
+    Raises:
+        InstallError: ``asked`` is no mmcv release from 1.3.0 to 1.7.2, a codebase
+            refuses it, or no release satisfies every codebase.
+    """
+    ranges = _ranges(request)
+    if asked is not None:
+        if asked not in MMCV_RELEASES:
+            raise InstallError(
+                f"--mmcv {asked}: not an mmcv 1.x release from 1.3.0 to 1.7.2 "
+                f"(mmcv 2.x has no mmcv.parallel; releases: {', '.join(MMCV_RELEASES)})"
+            )
+        refused = [f"{who} (mmcv{_shown(spec)})" for who, spec in ranges if asked not in spec]
+        if refused:
+            best = _newest(ranges)
+            hint = f": leave out --mmcv (then mmcv {best})" if best else ""
+            raise InstallError(f"--mmcv {asked} is refused by {', '.join(refused)}{hint}")
+        return asked, "asked for (--mmcv)"
+    best = _newest(ranges)
+    if best is None:
+        raise InstallError(
+            "no mmcv 1.x release suits every codebase named: "
+            + ", ".join(f"{who} (mmcv{_shown(spec)})" for who, spec in ranges)
+        )
+    capped = [who for who, spec in ranges if MMCV_RELEASES[-1] not in spec]
+    if not capped:
+        return best, "the newest mmcv 1.x"
+    return best, f"{' and '.join(capped)} accept{'s' if len(capped) == 1 else ''} mmcv <= {best}"
+
+
+def _shown(spec: SpecifierSet) -> str:
+    """``>=1.3.8,<=1.7.0``: lower bound first (``str(spec)`` sorts them as text)."""
+    return ",".join(sorted((str(s) for s in spec), key=lambda s: s.lstrip("<>=!~")))
+
+
+def _newest(ranges: List[Tuple[str, SpecifierSet]]) -> Optional[str]:
+    fits = [v for v in MMCV_RELEASES if all(v in spec for _, spec in ranges)]
+    return max(fits, key=Version) if fits else None

@@ -1,0 +1,318 @@
+"""``python -m mmpar.compat.install``: what it plans, what it refuses, and that CI's
+environment is what its lines in ``.ci/run`` promise.
+
+Nothing here installs or reads a package index: the plans are ``--dry-run`` (which
+reads installed metadata only) or the planning functions on made-up environments
+(folders of ``.dist-info`` metadata). The real install is ``.ci/run``'s, before pytest.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+import venv
+import zipfile
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+
+from mmpar.compat.install.catalogue import CODEBASES, choose_mmcv, parse_codebases
+from mmpar.compat.install.cli import main
+from mmpar.compat.install.environment import Environment
+from mmpar.compat.install.errors import InstallError
+from mmpar.compat.install.pip import check_pip, install, strip_wheel
+from mmpar.compat.install.requirements import (
+    runtime_requirements,
+    usable_resolution,
+)
+from tests.compat._mmcv_env import MMCV_170_DIR, REPO_ROOT, child_env
+
+
+def site(root: Path, **dists: str) -> Path:
+    """A folder of ``.dist-info`` metadata: ``site(tmp, torch="2.1.0")``."""
+    root.mkdir(parents=True, exist_ok=True)
+    for name, version in dists.items():
+        info = root / f"{name}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    return root
+
+
+def dry_run(capsys, *args: str):
+    code = main(["--dry-run", *args])
+    out, err = capsys.readouterr()
+    return code, out.splitlines(), err.splitlines()
+
+
+@pytest.fixture(autouse=True)
+def empty_cache(tmp_path, monkeypatch):
+    """No wheel cached: a dry run says it would build mmcv's."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
+# --------------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["mmfoo"], ["unknown codebase 'mmfoo'", "mmpose", "mmseg"]),
+        (["mmdet>=2.0"], ["'mmdet>=2.0'", "NAME==VERSION"]),
+        (["mmdet==2.28.2", "mmdet==2.25.0"], ["mmdet named twice"]),
+        (["--mmcv", "2.0.0"], ["--mmcv 2.0.0", "1.3.0 to 1.7.2"]),
+        (["--mmcv", "1.2.7"], ["--mmcv 1.2.7", "not an mmcv 1.x release"]),
+        (["--mmcv", "1.7.5"], ["--mmcv 1.7.5", "not an mmcv 1.x release"]),
+        (
+            ["--mmcv", "1.7.2", "mmpose", "mmdet"],
+            ["--mmcv 1.7.2 is refused by mmpose 0.29.0 (mmcv>=1.3.8,<=1.7.0)", "then mmcv 1.7.0"],
+        ),
+        (["--mmcv", "1.4.0", "mmrotate"], ["refused by mmrotate 0.3.4 (mmcv>=1.5.3,<=1.8.0)"]),
+    ],
+)
+def test_user_errors_are_one_line_and_exit_2(capsys, args, words) -> None:
+    code, out, err = dry_run(capsys, *args)
+    assert code == 2 and out == []
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    for word in words:
+        assert word in err[0]
+
+
+def test_as_a_command_an_error_is_one_line_before_anything_runs() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "mmpar.compat.install", "mmpose", "mmfoo"],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=120,
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.splitlines() == [
+        "error: unknown codebase 'mmfoo' (known: mmaction2, mmcls, mmdet, mmdet3d, mmedit, "
+        "mmocr, mmpose, mmrotate, mmsegmentation, mmtrack, mmaction, mmseg)"
+    ]
+
+
+def test_no_torch_is_refused_and_torch_is_pinned(tmp_path) -> None:
+    with pytest.raises(InstallError, match="no torch installed.*installs none"):
+        Environment(path=[str(site(tmp_path / "a", numpy="2.0.0"))]).torch_pins()
+    env = Environment(path=[str(site(tmp_path / "b", torch="2.1.0+cpu", torchvision="0.16.0"))])
+    assert env.torch_pins() == [("torch", "2.1.0+cpu"), ("torchvision", "0.16.0")]
+    assert Environment(path=[str(site(tmp_path / "c", torch="2.1.0"))]).torch_pins() == [
+        ("torch", "2.1.0")
+    ]
+
+
+def test_mmcv_full_in_the_way_is_refused(capsys, tmp_path, monkeypatch) -> None:
+    monkeypatch.syspath_prepend(str(site(tmp_path / "s", mmcv_full="1.7.2")))
+    code, out, err = dry_run(capsys, "mmdet")
+    assert code == 2 and len(err) == 1
+    assert err[0].startswith("error: mmcv-full 1.7.2 is installed") and "--target" in err[0]
+    code, out, err = dry_run(capsys, "mmdet", "--target", str(tmp_path / "t"))
+    assert code == 0, err
+
+
+def test_no_pip_and_a_failed_pip_call_are_one_line(tmp_path) -> None:
+    bare = tmp_path / "bare"
+    venv.EnvBuilder(with_pip=False).create(bare)
+    with pytest.raises(InstallError, match=r"^no pip for .*bare.*ensurepip") as caught:
+        check_pip(str(bare / "bin" / "python"))
+    assert "\n" not in str(caught.value)
+    constraints = tmp_path / "constraints.txt"
+    constraints.write_text("")
+    with pytest.raises(InstallError, match=r"^pip failed to install: .*no-such") as caught:
+        install([str(tmp_path / "no-such-1.0-py3-none-any.whl")], constraints, tmp_path / "t")
+    message = str(caught.value)
+    assert "\n" not in message and message.endswith(".log)")
+    log = Path(message.rsplit("full output: ", 1)[1][:-1])
+    assert "no-such" in log.read_text()
+    log.unlink()
+
+
+def test_top_level_packages_beside_a_codebase_are_left_out(tmp_path) -> None:
+    wheel = tmp_path / "mmpose-0.29.0-py2.py3-none-any.whl"
+    record = "mmpose/__init__.py,,\ntests/__init__.py,,\nmmpose-0.29.0.dist-info/RECORD,,\n"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("mmpose/__init__.py", "")
+        archive.writestr("tests/__init__.py", "")
+        archive.writestr("tests/test_a.py", "")
+        archive.writestr("mmpose-0.29.0.dist-info/METADATA", "Name: mmpose\nVersion: 0.29.0\n")
+        archive.writestr("mmpose-0.29.0.dist-info/RECORD", record)
+    assert strip_wheel(wheel, ["mmpose"]) == ["tests"]
+    with zipfile.ZipFile(wheel) as archive:
+        assert sorted(archive.namelist()) == [
+            "mmpose-0.29.0.dist-info/METADATA",
+            "mmpose-0.29.0.dist-info/RECORD",
+            "mmpose/__init__.py",
+        ]
+        assert "tests/" not in archive.read("mmpose-0.29.0.dist-info/RECORD").decode()
+    assert strip_wheel(wheel, ["mmpose"]) == []
+    # Installed with its tests: the environment sees them (and a plan reinstalls it).
+    info = site(tmp_path / "site", mmpose="0.29.0") / "mmpose-0.29.0.dist-info"
+    (info / "RECORD").write_text(record)
+    env = Environment(path=[str(tmp_path / "site")])
+    assert env.strays("mmpose", "mmpose") == ["tests"]
+
+
+# --------------------------------------------------------------------------- plans
+
+
+def test_mmcv_choice() -> None:
+    assert choose_mmcv(None, parse_codebases([])) == ("1.7.2", "the newest mmcv 1.x")
+    assert choose_mmcv(None, parse_codebases(["mmdet", "mmtrack"]))[0] == "1.7.2"
+    version, why = choose_mmcv(None, parse_codebases(["mmdet", "mmpose", "mmaction2"]))
+    assert version == "1.7.0"
+    assert why == "mmpose 0.29.0 and mmaction2 0.24.1 accept mmcv <= 1.7.0"
+    assert choose_mmcv(None, parse_codebases(["mmdet3d"]))[0] == "1.7.0"
+    assert choose_mmcv("1.6.0", parse_codebases(["mmpose"])) == ("1.6.0", "asked for (--mmcv)")
+    # Another version than the catalogued one is taken to accept no newer mmcv.
+    assert choose_mmcv(None, parse_codebases(["mmpose==0.28.0"]))[0] == "1.7.0"
+
+
+def test_codebases_bring_those_they_import() -> None:
+    request = parse_codebases(["mmseg", "mmrotate==0.3.3", "mmtrack", "mmaction"])
+    assert request.named == ["mmsegmentation", "mmrotate", "mmtrack", "mmaction2"]
+    assert request.versions == {
+        "mmcls": "0.25.0",
+        "mmsegmentation": "0.30.0",
+        "mmdet": "2.28.2",
+        "mmrotate": "0.3.3",
+        "mmtrack": "0.14.0",
+        "mmaction2": "0.24.1",
+    }
+    assert list(parse_codebases(["mmdet3d"]).versions) == [
+        "mmdet",
+        "mmcls",
+        "mmsegmentation",
+        "mmdet3d",
+    ]
+
+
+def test_dry_run_plan_for_the_pinned_codebases(capsys, tmp_path) -> None:
+    code, out, err = dry_run(capsys, "mmpose", "mmaction2", "--target", str(tmp_path / "t"))
+    assert code == 0, err
+    assert all(line.startswith("mmpar install: ") for line in out)
+    text = "\n".join(out)
+    assert (
+        f"into --target {tmp_path / 't'}; keeps torch " in out[0] and "(pinned for pip)" in out[0]
+    )
+    assert "mmcv 1.7.0, without compiled ops (mmpar supplies mmcv.ops): mmpose 0.29.0 and " in text
+    assert "mmpose 0.29.0 (named)" in text and "mmaction2 0.24.1 (named)" in text
+    assert "would build mmcv 1.7.0" in text and "(setuptools<70, MMCV_WITH_OPS=0)" in text
+    assert "already installed" not in text
+
+
+def test_dry_run_plan_names_what_codebases_import(capsys, tmp_path) -> None:
+    code, out, _ = dry_run(capsys, "mmrotate", "mmocr", "--target", str(tmp_path / "t"))
+    assert code == 0
+    assert "mmpar install: mmdet 2.28.2 (mmrotate and mmocr import it)" in out
+
+
+# --------------------------------------------------------------------------- requirements
+
+
+def needs(tmp_path: Path, owners: Dict[str, List[str]], versions=None, **installed: str):
+    env = Environment(path=[str(site(tmp_path / "site", **installed))])
+    return runtime_requirements(owners.items(), versions or {}, env)
+
+
+def test_requirements_mmcv_torch_and_extras_are_not_sent(tmp_path) -> None:
+    got = needs(
+        tmp_path,
+        {
+            "mmcv": ["addict", "numpy", "yapf", "regex ; sys_platform == 'win32'"],
+            "mmedit": [
+                "mmcv-full (>=1.3.13)",
+                "torch",
+                "torchvision",
+                "lmdb",
+                "av ; extra == 'all'",
+            ],
+        },
+        numpy="2.0.0",
+        torch="2.1.0",
+    )
+    assert got.missing == ["addict", "yapf==0.40.1", "lmdb"]
+    assert any(n.startswith("yapf==0.40.1 for mmcv's yapf: ") for n in got.notes)
+    assert any("mmedit requires torchvision, which is not installed" in n for n in got.notes)
+
+
+def test_requirements_opencv_is_any_cv2_or_the_headless_build(tmp_path) -> None:
+    owners = {
+        "mmocr": ["opencv-python (!=4.5.5.*,>=4.2.0.32)"],
+        "mmaction2": ["opencv-contrib-python"],
+    }
+    without = needs(tmp_path / "a", owners)
+    assert without.missing == [
+        "opencv-python-headless!=4.5.5.*,>=4.2.0.32",
+        "opencv-python-headless",
+    ]
+    assert needs(tmp_path / "b", owners, opencv_contrib_python="4.8.0").missing == []
+
+
+def test_requirements_relaxed_skipped_and_met(tmp_path) -> None:
+    got = needs(
+        tmp_path,
+        {
+            "mmtrack": ["pandas (<=1.3.5)", "scipy (<=1.7.3)", "mmcls (<1.0.0,>=0.16.0)"],
+            "mmpose": ["chumpy", "json-tricks", "scipy"],
+        },
+        {"mmcls": "0.25.0"},
+        scipy="1.17.0",
+        json_tricks="3.17.3",
+    )
+    assert got.missing == ["pandas"]
+    assert any(n.startswith("pandas of any version for mmtrack's pandas<=1.3.5") for n in got.notes)
+    assert any(n.startswith("not installed: chumpy, which mmpose asks for") for n in got.notes)
+
+
+def test_requirements_on_another_codebase_must_fit_its_version(tmp_path) -> None:
+    with pytest.raises(InstallError, match=r"mmrotate requires mmdet<3.0.0,>=2.25.1 but mmdet"):
+        needs(tmp_path, {"mmrotate": ["mmdet (<3.0.0,>=2.25.1)"]}, {"mmdet": "2.20.0"})
+
+
+def test_resolution_keeps_torch_and_a_single_cv2(tmp_path) -> None:
+    resolved = [("imgaug", "0.4.0"), ("opencv-python", "4.11.0"), ("torch", "2.2.0")]
+    env = Environment(path=[str(site(tmp_path / "a"))])
+    assert usable_resolution(resolved, env) == (
+        [("imgaug", "0.4.0"), ("opencv-python-headless", "")],
+        ["opencv-python 4.11.0", "torch 2.2.0"],
+    )
+    env = Environment(path=[str(site(tmp_path / "b", opencv_python_headless="4.8.0"))])
+    assert usable_resolution(resolved, env)[0] == [("imgaug", "0.4.0")]
+
+
+# --------------------------------------------------------------------------- CI's environment
+
+
+def ci_lines() -> List[List[str]]:
+    """The arguments of each ``python -m mmpar.compat.install`` line of ``.ci/run``."""
+    text = (REPO_ROOT / ".ci" / "run").read_text().replace("\\\n", " ")
+    lines = []
+    for line in text.splitlines():
+        words = shlex.split(line, comments=True)
+        if "mmpar.compat.install" in words:
+            args = words[words.index("mmpar.compat.install") + 1 :]
+            lines.append([str(MMCV_170_DIR) if a == "$MMCV_170_DIR" else a for a in args])
+    return lines
+
+
+def test_ci_installs_every_codebase() -> None:
+    lines = ci_lines()
+    named = [a.split("==")[0] for args in lines for a in args if "==" in a]
+    assert sorted(named) == sorted(set(CODEBASES) - {"mmdet3d"})
+    assert [args[:2] for args in lines] == [["--mmcv", "1.7.2"], ["--mmcv", "1.7.0"]]
+
+
+@pytest.mark.parametrize("index", [0, 1], ids=["main", "mmcv-1.7.0"])
+def test_ci_environment_is_what_its_install_lines_promise(capsys, index) -> None:
+    """After ``.ci/run``'s install lines, each says everything is installed already."""
+    args = ci_lines()[index]
+    if index == 0 and Environment().version("mmcv") is None:
+        pytest.skip("mmcv is not installed: `bash .ci/run` (or its install lines) installs it")
+    if index == 1 and not MMCV_170_DIR.is_dir():
+        pytest.skip(f"{MMCV_170_DIR} is absent: `bash .ci/run` (or its install lines) makes it")
+    code, out, err = dry_run(capsys, *args)
+    assert code == 0, err
+    assert "already installed" in out[-1], "\n".join(out)
