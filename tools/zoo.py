@@ -25,7 +25,7 @@ Examples::
     python tools/zoo.py --jobs 2 --json zoo.json
     python tools/zoo.py --codebase mmseg --one-per-dir --jobs 2 --by-dir
     python tools/zoo.py --codebase mmocr --dirs textdet --filter r18
-    python tools/zoo.py --codebase mmaction2 --pythonpath /opt/mmcv170 --dirs recognition/tin
+    python tools/zoo.py --codebase mmaction2 --pythonpath DIR --dirs recognition/tin
     python tools/zoo.py --from-json zoo.json --by-dir
 
 One line per config, as it finishes::
@@ -118,7 +118,7 @@ def main(argv: Optional[Sequence[str]] = None, description: Optional[str] = None
         if importlib.util.find_spec(codebase.package) is None:
             cli.fail(f"{codebase.distribution} is not installed; install it ({codebase.install})")
         try:
-            processes.prepare(codebase, args.ops, args.numpy_aliases)
+            processes.prepare(codebase, args.ops)
         except Exception as err:  # noqa: BLE001 - any import error is the user's to mend
             if args.debug:
                 raise

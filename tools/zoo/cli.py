@@ -86,12 +86,6 @@ def parse_args(
         "mmcv <= 1.7.0 that mmaction2 and mmpose ask for",
     )
     parser.add_argument(
-        "--numpy-aliases",
-        action="store_true",
-        help="give numpy back the aliases numpy 1.24 and 2.0 removed (np.int, np.bool8, ...), "
-        "which older codebases use (mmedit 0.16 at import)",
-    )
-    parser.add_argument(
         "--by-dir",
         action="store_true",
         help="also print the results by model directory, as a markdown table",

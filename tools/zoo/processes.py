@@ -20,23 +20,19 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Tuple
 
 from mmpar_zoo.codebase import Codebase, get_codebase
-from mmpar_zoo.environment import restore_numpy_aliases
 from mmpar_zoo.one_config import model_dir, one_line, run_config
 
 
-def prepare(codebase: Codebase, ops: str, numpy_aliases: bool = False) -> None:
+def prepare(codebase: Codebase, ops: str) -> None:
     """Mount the ops, then import the codebase's models here, once, for every forked child.
 
     Args:
         codebase: The codebase whose models are imported (its ``modules``).
         ops: Whose ops serve ``mmcv.ops`` (``mmpar.compat.patch_mmcv``'s ``ops``).
-        numpy_aliases: Give numpy back its removed aliases first (``--numpy-aliases``).
     """
     # Import-time notices (mmcv's 2.0 announcement, torch's missing CUDA runtime) say
     # nothing about the zoo; mmpar's line on whose ops are in use stays.
     logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
-    if numpy_aliases:
-        restore_numpy_aliases()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from mmpar.compat import patch_mmcv
@@ -52,8 +48,6 @@ def import_hint(err: BaseException) -> str:
     if isinstance(err, ModuleNotFoundError) and err.name:
         package = err.name.split(".")[0]
         return f" (install {package}, or give --pythonpath DIR where it is installed)"
-    if isinstance(err, AttributeError) and "module 'numpy' has no attribute" in text:
-        return " (numpy removed that alias; --numpy-aliases gives numpy's old aliases back)"
     if "MMCV==" in text and "incompatible" in text:
         return " (give --pythonpath DIR where an mmcv it accepts is installed)"
     return ""
@@ -70,8 +64,6 @@ def _child(conn: Any, path: str, rel: str, root: str, options: Dict[str, Any]) -
     if options["threads"]:
         torch.set_num_threads(options["threads"])
     try:
-        if options["numpy_aliases"]:  # a spawned child has not inherited them
-            restore_numpy_aliases()
         result = run_config(
             get_codebase(options["codebase"]),
             Path(path),
@@ -102,7 +94,7 @@ def run_all(
         configs: Config paths relative to ``root``.
         root: The folder of model directories.
         args: The options (``codebase``, ``jobs``, ``timeout``, ``seed``, ``config_rois``,
-            ``build_only``, ``numpy_aliases``).
+            ``build_only``).
         report: Called with each result as its config finishes.
 
     Returns:
@@ -116,7 +108,6 @@ def run_all(
         seed=args.seed,
         config_rois=args.config_rois,
         build_only=args.build_only,
-        numpy_aliases=args.numpy_aliases,
     )
     pending = list(configs)
     running: Dict[Any, Tuple[str, Any, float]] = {}  # connection -> (config, process, deadline)

@@ -40,16 +40,23 @@ def _transforms(cfg: Any, split: str) -> Dict[str, dict]:
     return {t["type"]: t for t in dicts(data.get(split)) if isinstance(t.get("type"), str)}
 
 
-def _clips(cfg: Any, split: str) -> Tuple[int, int, str]:
-    """(clips, clip length, input format) of a split (the train one falls back on test)."""
-    found = _transforms(cfg, split) or _transforms(cfg, "test")
-    other = _transforms(cfg, "test")
-    sample = found.get("SampleFrames") or other.get("SampleFrames") or {}
-    shape = found.get("FormatShape") or other.get("FormatShape") or {}
+def _clips(cfg: Any, split: str) -> Tuple[int, int, str, int]:
+    """(clips, clip length, input format, persons) of a split's pipeline.
+
+    A config without a train pipeline (X3D's: converted weights, test only) trains on
+    its test pipeline's clips, one at a time, as every 3D train pipeline does.
+    """
+    found, test = _transforms(cfg, split), _transforms(cfg, "test")
+    sample = found.get("SampleFrames") or {}
+    if not found:
+        sample = dict(test.get("SampleFrames") or {}, num_clips=1)
+    shape = found.get("FormatShape") or test.get("FormatShape") or {}
+    persons = found.get("FormatGCNInput") or test.get("FormatGCNInput") or {}
     return (
         int(sample.get("num_clips", 1)),
         int(sample.get("clip_len", 1)),
         str(shape.get("input_format", "NCHW")),
+        int(persons.get("num_person", 2)),
     )
 
 
@@ -115,10 +122,10 @@ class MMAction2(Codebase):
         kind = cfg.model["type"]
         backbone = cfg.model.get("backbone") or {}
         channels = int(backbone.get("in_channels", 3))
-        clips, length, fmt = _clips(cfg, split)
+        clips, length, fmt, persons = _clips(cfg, split)
         if kind == "SkeletonGCN":
             layout = str((backbone.get("graph_cfg") or {}).get("layout", "coco"))
-            shape: Tuple[int, ...] = (3, SKELETON_FRAMES, JOINTS.get(layout, 17), 2)
+            shape: Tuple[int, ...] = (3, SKELETON_FRAMES, JOINTS.get(layout, 17), persons)
         elif kind == "AudioRecognizer":
             shape = (clips, 1, 128, 80)  # 128 frames of 80 mel bins, as the configs cut them
         else:
