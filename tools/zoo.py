@@ -118,7 +118,7 @@ def main(argv: Optional[Sequence[str]] = None, description: Optional[str] = None
         if importlib.util.find_spec(codebase.package) is None:
             cli.fail(f"{codebase.distribution} is not installed; install it ({codebase.install})")
         try:
-            processes.prepare(codebase, args.ops)
+            fixes = processes.prepare(codebase, args.ops, not args.no_fixes)
         except Exception as err:  # noqa: BLE001 - any import error is the user's to mend
             if args.debug:
                 raise
@@ -128,11 +128,13 @@ def main(argv: Optional[Sequence[str]] = None, description: Optional[str] = None
             )
         count = f"{len(configs)} config{'' if len(configs) == 1 else 's'}"
         print(f"{count} under {root}, {args.jobs} at a time", flush=True)
+        if fixes:
+            print(f"fixes of {args.codebase}'s own bugs: {', '.join(fixes)}", flush=True)
         results = processes.run_all(
             configs, root, args, lambda r: print(report.line(r), flush=True)
         )
         if args.json:
-            report.write_json(args.json, results, root, args.ops, args.codebase)
+            report.write_json(args.json, results, root, args.ops, args.codebase, fixes)
     print(report.summary_text(results), flush=True)
     if args.by_dir:
         print(report.by_dir_table(results), flush=True)

@@ -73,7 +73,7 @@ def train_sample(
         if key == "img":
             sample[key] = DC(image(rng, shape, pad), stack=True)
         elif key == "gt_bboxes":
-            sample[key] = DC(torch.from_numpy(boxes))
+            sample[key] = DC(torch.from_numpy(_rotated(rng, boxes) if needs.rotated else boxes))
         elif key == "gt_labels":
             sample[key] = DC(torch.from_numpy(rng.integers(0, needs.things, len(boxes))))
         elif key == "gt_masks":
@@ -90,6 +90,20 @@ def train_sample(
             raise ValueError(f"the train pipeline collects {key!r}, which the tool cannot make")
     sample["img_metas"] = DC(image_meta(index, shape, pad, 1.0), cpu_only=True)
     return sample
+
+
+def _rotated(rng: Any, boxes: Any) -> Any:
+    """Rotated boxes (N, 5) float32 cx, cy, w, h, angle inside the given boxes.
+
+    The angles (0.1 to 1.4 radians) lie in every angle range of mmrotate ('oc' (0,
+    pi/2], 'le90' [-pi/2, pi/2), 'le135' [-pi/4, 3pi/4)).
+    """
+    import numpy as np
+
+    centers = (boxes[:, :2] + boxes[:, 2:]) / 2
+    sides = (boxes[:, 2:] - boxes[:, :2]) * 0.6
+    angles = rng.uniform(0.1, 1.4, (len(boxes), 1))
+    return np.concatenate([centers, sides, angles], axis=1).astype(np.float32)
 
 
 def _proposals(rng: Any, boxes: Any, shape: Tuple[int, int]) -> Any:

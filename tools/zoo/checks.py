@@ -11,7 +11,8 @@ from mmpar_zoo.needs import Needs
 def check_result(output: Any, needs: Needs, data: Any) -> None:
     """Check the test output has mmdet's form: one entry per image (here one).
 
-    An entry is per-class boxes (a list of ``(k, 5)`` arrays, one per class),
+    An entry is per-class boxes (a list of ``(k, 5)`` arrays, one per class;
+    ``(k, 6)`` for rotated boxes),
     ``(bbox, segm)`` with one list of ``ori_shape`` masks per class, a panoptic
     dict (``pan_results`` of ``ori_shape``, maybe ``ins_results``), or, for a
     region proposal network, one ``(k, 5)`` array.
@@ -37,22 +38,29 @@ def check_result(output: Any, needs: Needs, data: Any) -> None:
             _check_instances(entry["ins_results"], needs, ori)
     elif isinstance(entry, tuple):
         _check_instances(entry, needs, ori)
-    elif _is_boxes(entry):
+    elif _is_boxes(entry, _width(needs)):
         return  # a region proposal network's proposals
     else:
-        _check_boxes(entry, needs.things)
+        _check_boxes(entry, needs.things, _width(needs))
 
 
-def _is_boxes(value: Any) -> bool:
-    return hasattr(value, "shape") and len(value.shape) == 2 and value.shape[1] == 5
+def _width(needs: Needs) -> int:
+    """Columns of a result's boxes: the box's, then the score."""
+    return 6 if needs.rotated else 5
 
 
-def _check_boxes(bbox: Any, classes: int) -> None:
+def _is_boxes(value: Any, width: int) -> bool:
+    return hasattr(value, "shape") and len(value.shape) == 2 and value.shape[1] == width
+
+
+def _check_boxes(bbox: Any, classes: int, width: int = 5) -> None:
     if not isinstance(bbox, list) or len(bbox) != classes:
         raise StageError(f"expected per-class boxes, a list of {classes}, got {form(bbox)}")
-    bad = [i for i, b in enumerate(bbox) if not _is_boxes(b)]
+    bad = [i for i, b in enumerate(bbox) if not _is_boxes(b, width)]
     if bad:
-        raise StageError(f"class {bad[0]}'s boxes are not a (k, 5) array: {form(bbox[bad[0]])}")
+        raise StageError(
+            f"class {bad[0]}'s boxes are not a (k, {width}) array: {form(bbox[bad[0]])}"
+        )
 
 
 def _check_instances(entry: Any, needs: Needs, ori: Tuple[int, int]) -> None:

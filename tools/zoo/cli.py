@@ -86,6 +86,12 @@ def parse_args(
         "mmcv <= 1.7.0 that mmaction2 and mmpose ask for",
     )
     parser.add_argument(
+        "--no-fixes",
+        action="store_true",
+        help="do not mend the codebases' own bugs that stop a run without a GPU "
+        "(tools/zoo/fixes.py says which, and why)",
+    )
+    parser.add_argument(
         "--by-dir",
         action="store_true",
         help="also print the results by model directory, as a markdown table",

@@ -20,15 +20,20 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Tuple
 
 from mmpar_zoo.codebase import Codebase, get_codebase
+from mmpar_zoo.fixes import apply_fixes
 from mmpar_zoo.one_config import model_dir, one_line, run_config
 
 
-def prepare(codebase: Codebase, ops: str) -> None:
+def prepare(codebase: Codebase, ops: str, fixes: bool = True) -> List[str]:
     """Mount the ops, then import the codebase's models here, once, for every forked child.
 
     Args:
         codebase: The codebase whose models are imported (its ``modules``).
         ops: Whose ops serve ``mmcv.ops`` (``mmpar.compat.patch_mmcv``'s ``ops``).
+        fixes: Apply the mends of the codebase's own bugs (``mmpar_zoo.fixes``).
+
+    Returns:
+        The names of the fixes applied.
     """
     # Import-time notices (mmcv's 2.0 announcement, torch's missing CUDA runtime) say
     # nothing about the zoo; mmpar's line on whose ops are in use stays.
@@ -40,6 +45,7 @@ def prepare(codebase: Codebase, ops: str) -> None:
         patch_mmcv(ops=ops)
         for name in codebase.modules:
             importlib.import_module(name)
+        return apply_fixes(codebase.name) if fixes else []
 
 
 def import_hint(err: BaseException) -> str:
