@@ -41,6 +41,11 @@ def parse_args(
         "textdet/dbnet, textdet/panet, ...; default: all)",
     )
     parser.add_argument(
+        "--configs",
+        help="comma-separated config paths relative to the configs' root: exactly these run "
+        "(with --dirs, --filter, --one-per-dir: those of them these select)",
+    )
+    parser.add_argument(
         "--one-per-dir",
         action="store_true",
         help="only the first config (sorted by name) of each model directory",

@@ -48,6 +48,10 @@ class Codebase:
         build_only: Whether a config only builds (no batches, no steps).
         init_weights: Whether the codebase's train script calls ``init_weights`` after
             building (mmpose's models initialize themselves, and some have no such method).
+        loss_networks: Types whose ``pretrained`` names a loss's fixed network, which they
+            load whatever the config says (mmedit's PerceptualLoss): it stays, and every
+            checkpoint load answers an empty state dict (the network keeps random
+            weights; a strict load fails), where other codebases refuse any load.
     """
 
     name = ""
@@ -58,6 +62,7 @@ class Codebase:
     optional: Tuple[str, ...] = ()
     build_only = False
     init_weights = True
+    loss_networks: Tuple[str, ...] = ()
 
     def load_config(self, path: Path) -> Any:
         """The config, custom imports not yet made."""
@@ -74,7 +79,7 @@ class Codebase:
             config_rois: Keep the config's numbers of RoIs, proposals and detections.
         """
         self.prepare_config(cfg, config_rois)
-        strip_pretrained(cfg.model, configs_root)
+        strip_pretrained(cfg.model, configs_root, keep=self.loss_networks)
         cfg.load_from = None
         cfg.resume_from = None
         model = self.builder(cfg)

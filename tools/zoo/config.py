@@ -83,20 +83,23 @@ def _is_pretrained(init: Any) -> bool:
     return isinstance(init, dict) and init.get("type") == "Pretrained"
 
 
-def strip_pretrained(model_cfg: Any, configs_root: Path) -> None:
+def strip_pretrained(model_cfg: Any, configs_root: Path, keep: Sequence[str] = ()) -> None:
     """Drop every pretrained weight from a model config, in place.
 
-    ``pretrained`` values, ``init_cfg`` entries of type ``Pretrained``, every
-    backbone's ``init_cfg``, and teachers' checkpoints (a teacher's config is
-    loaded, stripped the same way, and given inline).
+    ``pretrained`` and ``*_pretrained`` values (mmedit's ``spynet_pretrained``),
+    ``init_cfg`` entries of type ``Pretrained``, every backbone's ``init_cfg``, and
+    teachers' checkpoints (a teacher's config is loaded, stripped the same way,
+    and given inline).
 
     Args:
         model_cfg: The config's ``model``.
         configs_root: The folder of model directories, where teachers' configs are.
+        keep: Types whose ``pretrained`` stays (mmedit's PerceptualLoss requires one).
     """
     for node in list(dicts(model_cfg)):
-        if "pretrained" in node:  # None, not dropped: mmaction2's ResNet3d requires the argument
-            node["pretrained"] = None
+        for key in [k for k in node if k == "pretrained" or str(k).endswith("_pretrained")]:
+            if node.get("type") not in keep:  # None, not dropped: mmaction2's ResNet3d needs it
+                node[key] = None
         init = node.get("init_cfg")
         if _is_pretrained(init):
             node["init_cfg"] = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from mmpar_zoo.cli import fail
 from mmpar_zoo.codebase import Codebase
@@ -55,7 +55,7 @@ def select_configs(args: argparse.Namespace, root: Path) -> List[str]:
     """The configs to run, in sorted order; a bad selection is a user error.
 
     Args:
-        args: The options (``dirs``, ``filter``, ``one_per_dir``).
+        args: The options (``dirs``, ``configs``, ``filter``, ``one_per_dir``).
         root: The folder of model directories.
 
     Returns:
@@ -81,10 +81,26 @@ def select_configs(args: argparse.Namespace, root: Path) -> List[str]:
                 f"under {root} (there are {len(found)}: {', '.join(dirs[:8])}, ...)"
             )
         dirs = sorted({k for ks in chosen_dirs.values() for k in ks})
+    named = _named_configs(args.configs, found, root)
     chosen: List[str] = []
     for directory in dirs:
         paths = [p for p in found[directory] if args.filter is None or args.filter in p]
+        paths = [p for p in paths if named is None or p in named]
         chosen += paths[:1] if args.one_per_dir else paths
-    if not chosen:
+    if not chosen and args.filter is not None:
         fail(f"--filter: no config path contains {args.filter!r} in the chosen directories")
+    if not chosen:
+        fail("--configs: none of the named configs is in the chosen directories (--dirs)")
     return chosen
+
+
+def _named_configs(text: Optional[str], found: Dict[str, List[str]], root: Path) -> Optional[set]:
+    """The configs ``--configs`` names (None: all); one it names that is not there is an error."""
+    if text is None:
+        return None
+    named = {c.strip().strip("/") for c in text.split(",") if c.strip()}
+    known = {c for paths in found.values() for c in paths}
+    unknown = sorted(named - known)
+    if unknown or not named:
+        fail(f"--configs: no config {', '.join(map(repr, unknown)) or repr(text)} under {root}")
+    return named
