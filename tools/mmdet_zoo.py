@@ -1,126 +1,34 @@
 #!/usr/bin/env python3
 """Run every config of mmdet 2.x's model zoo for one training step and one test batch.
 
-For each config (``<model dir>/<name>.py`` under ``--configs-root``, ``_base_``
-excluded) the tool builds the model without pretrained weights (nothing is
-downloaded), makes a small random batch of what the config's train pipeline
-collects (boxes, labels, and masks, proposals or semantic maps where the model
-takes them), batches it with ``mmpar.collate`` as mmdet's pipelines emit it,
-runs one training step through ``mmpar.MMDataParallel`` on the CPU (forward,
-losses, backward: the loss must be finite, some gradient non-zero) and one test
-batch of one image (``return_loss=False, rescale=True``), whose result must have
-mmdet's form (per-class boxes, ``(bbox, segm)`` or panoptic dicts). mmcv's
-compiled ops are not needed: ``--ops`` chooses whose ops serve ``mmcv.ops``
-(see ``mmpar.compat.patch_mmcv``).
-
-The images are small (120x150 and 90x120, padded as the config pads, larger
-where the architecture needs it), and so, unless --config-rois, R-CNN heads
-sample at most 32 RoIs per training image and keep at most 100 detections per
-test image, and RPNs keep at most 200 proposals: the same code runs on fewer
-boxes. fp16 settings are not applied (CPU, float32).
-
-Examples::
+``tools/zoo.py --codebase mmdet``, under its former name: the same options and
+output (see ``python tools/zoo.py --help``), mmdet's zoo only (``--codebase`` is
+refused). Examples::
 
     python tools/mmdet_zoo.py --jobs 2 --json zoo.json
     python tools/mmdet_zoo.py --one-per-dir --jobs 2
     python tools/mmdet_zoo.py --dirs faster_rcnn,mask_rcnn --filter r50 --by-dir
     python tools/mmdet_zoo.py --from-json zoo.json --by-dir
-
-One line per config, as it finishes::
-
-    PASS  faster_rcnn/faster_rcnn_r50_fpn_1x_coco.py  build 0.4s train 1.2s test 0.3s
-    FAIL  libra_rcnn/libra_faster_rcnn_r50_fpn_1x_coco.py  train: AttributeError: ...
-    SKIP  convnext/mask_rcnn_convnext-t_p4_w7_fpn_fp16_ms-crop_3x_coco.py  needs mmcls
-
-then a summary: the counts and the pass rate over the counted configs (skipped
-ones, which need a package mmdet does not install or hold no model, are listed
-and not counted). Each config runs in its own child process (forked from this
-one where the platform can), so that no global state (registries, torch
-threads) leaks from one config into the next; one that runs past ``--timeout``
-is stopped and fails. Exit status: 0 when every counted config passed, 1
-otherwise. A user error (no mmdet, a bad option) ends the run with one line
-``error: ...`` on stderr and exit status 2 (--debug: the full traceback).
-
-Configs are Python and run as code: only use config folders you trust.
 """
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Optional, Sequence
 
-if importlib.util.find_spec("mmpar") is None:  # a source checkout that is not pip-installed
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-#: The tool's modules (``tools/zoo/``), loaded as the package :data:`PACKAGE`.
-ZOO_DIR = Path(__file__).resolve().parent / "zoo"
-PACKAGE = "mmpar_zoo"
-
-
-def load_zoo() -> ModuleType:
-    """Load ``tools/zoo/`` as the package ``mmpar_zoo``, with the modules this script uses.
-
-    Registered in ``sys.modules``, so that its modules import each other by that name
-    and children (forked, or spawned: they run this script again) find them.
-    """
-    spec = importlib.util.spec_from_file_location(
-        PACKAGE, ZOO_DIR / "__init__.py", submodule_search_locations=[str(ZOO_DIR)]
-    )
-    package = importlib.util.module_from_spec(spec)
-    sys.modules[PACKAGE] = package
-    spec.loader.exec_module(package)
-    for name in ("cli", "selection", "processes", "report"):
-        importlib.import_module(f"{PACKAGE}.{name}")
-    return package
-
-
-zoo = load_zoo()
+_SPEC = importlib.util.spec_from_file_location("mmpar_zoo_tool", Path(__file__).with_name("zoo.py"))
+tool = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(tool)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Run the selected configs (or read an earlier run's results) and report them.
-
-    Args:
-        argv: The arguments (default: ``sys.argv[1:]``).
-
-    Returns:
-        The exit status: 0 when every counted config passed, 1 otherwise (a user
-        error exits with status 2 on its own).
-    """
-    cli, selection, processes, report = zoo.cli, zoo.selection, zoo.processes, zoo.report
-    args = cli.parse_args(argv, description=__doc__)
-    if args.from_json:
-        results = report.read_json(args.from_json)
-    else:
-        root = Path(args.configs_root) if args.configs_root else selection.default_configs_root()
-        configs = selection.select_configs(args, root)
-        if args.json and not Path(args.json).resolve().parent.is_dir():
-            cli.fail(f"--json: the folder of {args.json} does not exist")
-        if importlib.util.find_spec("mmdet") is None:
-            cli.fail("mmdet is not installed; install mmdet 2.x (pip install 'mmdet<3')")
-        try:
-            processes.prepare_mmdet(args.ops)
-        except (ImportError, ValueError) as err:
-            if args.debug:
-                raise
-            cli.fail(
-                f"mmdet's models do not import with --ops {args.ops}: {type(err).__name__}: {err}"
-            )
-        count = f"{len(configs)} config{'' if len(configs) == 1 else 's'}"
-        print(f"{count} under {root}, {args.jobs} at a time", flush=True)
-        results = processes.run_all(
-            configs, root, args, lambda r: print(report.line(r), flush=True)
-        )
-        if args.json:
-            report.write_json(args.json, results, root, args.ops)
-    print(report.summary_text(results), flush=True)
-    if args.by_dir:
-        print(report.by_dir_table(results), flush=True)
-    return 0 if report.summary(results)["failed"] == 0 else 1
+    """``tools/zoo.py``'s main with ``--codebase mmdet`` (see there)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if any(a == "--codebase" or a.startswith("--codebase=") for a in argv):
+        tool.zoo.cli.fail("--codebase: tools/mmdet_zoo.py runs mmdet's zoo; use tools/zoo.py")
+    return tool.main(["--codebase", "mmdet", *argv], description=__doc__)
 
 
 if __name__ == "__main__":

@@ -171,7 +171,15 @@ def test_failing_hanging_crashing_and_skipped_configs_are_reported(tmp_path: Pat
     )
     out = tmp_path / "zoo.json"
     proc = run_tool(
-        "--configs-root", str(root), "--jobs", "2", "--timeout", "5", "--json", str(out)
+        "--configs-root",
+        str(root),
+        "--jobs",
+        "2",
+        "--timeout",
+        "5",
+        "--json",
+        str(out),
+        prefix="import sys; sys.modules['mmcls'] = None",  # mmcls missing, as with mmdet alone
     )
     assert proc.returncode == 1, (proc.stdout, proc.stderr[-3000:])
     lines = config_lines(proc.stdout)

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, Tuple
 
+from mmpar_zoo.images import image, image_meta
 from mmpar_zoo.needs import Needs
-
-IMG_NORM = dict(mean=[123.675, 116.28, 103.53], std=[58.395, 57.12, 57.375], to_rgb=True)
 
 
 def _boxes(rng: Any, shape: Tuple[int, int], count: int) -> Any:
@@ -46,36 +45,6 @@ def _masks(boxes: Any, pad: Tuple[int, int], polygons: bool) -> Any:
     return BitmapMasks(np.stack(bitmaps).astype(np.uint8), *pad)
 
 
-def _meta(index: int, shape: Tuple[int, int], pad: Tuple[int, int], scale: float) -> dict:
-    """An image's meta as mmdet's Collect gives it (``ori_shape`` = ``img_shape`` / ``scale``)."""
-    import numpy as np
-
-    h, w = shape
-    ori = (int(round(h / scale)), int(round(w / scale)))
-    factor = np.array([w / ori[1], h / ori[0]] * 2, dtype=np.float32)
-    return dict(
-        filename=f"zoo_{index}.jpg",
-        ori_filename=f"zoo_{index}.jpg",
-        ori_shape=ori + (3,),
-        img_shape=(h, w, 3),
-        pad_shape=pad + (3,),
-        scale_factor=factor,
-        flip=False,
-        flip_direction=None,
-        img_norm_cfg={k: np.array(v, dtype=np.float32) for k, v in IMG_NORM.items()},
-        border=np.array([0, h, 0, w], dtype=np.float32),
-    )
-
-
-def _image(rng: Any, shape: Tuple[int, int], pad: Tuple[int, int]) -> Any:
-    """A normalized random image (3, *pad), zero in the padding, as Normalize and Pad leave it."""
-    import torch
-
-    img = torch.zeros(3, *pad)
-    img[:, : shape[0], : shape[1]] = torch.from_numpy(rng.standard_normal((3,) + shape)).float()
-    return img
-
-
 def train_sample(
     needs: Needs, rng: Any, index: int, shape: Tuple[int, int], pad: Tuple[int, int]
 ) -> dict:
@@ -102,9 +71,9 @@ def train_sample(
     sample: Dict[str, Any] = {}
     for key in needs.keys:
         if key == "img":
-            sample[key] = DC(_image(rng, shape, pad), stack=True)
+            sample[key] = DC(image(rng, shape, pad), stack=True)
         elif key == "gt_bboxes":
-            sample[key] = DC(torch.from_numpy(boxes))
+            sample[key] = DC(torch.from_numpy(_rotated(rng, boxes) if needs.rotated else boxes))
         elif key == "gt_labels":
             sample[key] = DC(torch.from_numpy(rng.integers(0, needs.things, len(boxes))))
         elif key == "gt_masks":
@@ -119,8 +88,22 @@ def train_sample(
             sample[key] = DC(torch.zeros(0, 4))
         else:
             raise ValueError(f"the train pipeline collects {key!r}, which the tool cannot make")
-    sample["img_metas"] = DC(_meta(index, shape, pad, 1.0), cpu_only=True)
+    sample["img_metas"] = DC(image_meta(index, shape, pad, 1.0), cpu_only=True)
     return sample
+
+
+def _rotated(rng: Any, boxes: Any) -> Any:
+    """Rotated boxes (N, 5) float32 cx, cy, w, h, angle inside the given boxes.
+
+    The angles (0.1 to 1.4 radians) lie in every angle range of mmrotate ('oc' (0,
+    pi/2], 'le90' [-pi/2, pi/2), 'le135' [-pi/4, 3pi/4)).
+    """
+    import numpy as np
+
+    centers = (boxes[:, :2] + boxes[:, 2:]) / 2
+    sides = (boxes[:, 2:] - boxes[:, :2]) * 0.6
+    angles = rng.uniform(0.1, 1.4, (len(boxes), 1))
+    return np.concatenate([centers, sides, angles], axis=1).astype(np.float32)
 
 
 def _proposals(rng: Any, boxes: Any, shape: Tuple[int, int]) -> Any:
@@ -155,11 +138,11 @@ def test_sample(needs: Needs, rng: Any, shape: Tuple[int, int], pad: Tuple[int, 
 
     from mmpar import DataContainer as DC
 
-    meta = _meta(0, shape, pad, 0.8)
+    meta = image_meta(0, shape, pad, 0.8)
     if needs.meta_keys is not None:
         meta = {k: meta[k] for k in needs.meta_keys if k in meta}
     sample: Dict[str, Any] = {
-        "img": [_image(rng, shape, pad)],
+        "img": [image(rng, shape, pad)],
         "img_metas": [DC(meta, cpu_only=True)],
     }
     for key in needs.test_keys:

@@ -1,20 +1,18 @@
-"""The form mmdet's test results must have, and the error a failed check raises."""
+"""The form mmdet's test results must have (per-class boxes, masks, panoptic maps)."""
 
 from __future__ import annotations
 
 from typing import Any, Tuple
 
+from mmpar_zoo.codebase import StageError, form
 from mmpar_zoo.needs import Needs
-
-
-class StageError(Exception):
-    """A check of a stage that did not hold (the message says which)."""
 
 
 def check_result(output: Any, needs: Needs, data: Any) -> None:
     """Check the test output has mmdet's form: one entry per image (here one).
 
-    An entry is per-class boxes (a list of ``(k, 5)`` arrays, one per class),
+    An entry is per-class boxes (a list of ``(k, 5)`` arrays, one per class;
+    ``(k, 6)`` for rotated boxes),
     ``(bbox, segm)`` with one list of ``ori_shape`` masks per class, a panoptic
     dict (``pan_results`` of ``ori_shape``, maybe ``ins_results``), or, for a
     region proposal network, one ``(k, 5)`` array.
@@ -28,7 +26,7 @@ def check_result(output: Any, needs: Needs, data: Any) -> None:
         StageError: naming what differs.
     """
     if not isinstance(output, list) or len(output) != 1:
-        raise StageError(f"expected a list of 1 result (one image), got {_form(output)}")
+        raise StageError(f"expected a list of 1 result (one image), got {form(output)}")
     ori = tuple(data["img_metas"][0].data[0][0]["ori_shape"][:2])
     entry = output[0]
     if isinstance(entry, dict):
@@ -40,39 +38,40 @@ def check_result(output: Any, needs: Needs, data: Any) -> None:
             _check_instances(entry["ins_results"], needs, ori)
     elif isinstance(entry, tuple):
         _check_instances(entry, needs, ori)
-    elif _is_boxes(entry):
+    elif _is_boxes(entry, _width(needs)):
         return  # a region proposal network's proposals
     else:
-        _check_boxes(entry, needs.things)
+        _check_boxes(entry, needs.things, _width(needs))
 
 
-def _form(value: Any) -> str:
-    if isinstance(value, (list, tuple)):
-        return f"a {type(value).__name__} of {len(value)}"
-    return type(value).__name__
+def _width(needs: Needs) -> int:
+    """Columns of a result's boxes: the box's, then the score."""
+    return 6 if needs.rotated else 5
 
 
-def _is_boxes(value: Any) -> bool:
-    return hasattr(value, "shape") and len(value.shape) == 2 and value.shape[1] == 5
+def _is_boxes(value: Any, width: int) -> bool:
+    return hasattr(value, "shape") and len(value.shape) == 2 and value.shape[1] == width
 
 
-def _check_boxes(bbox: Any, classes: int) -> None:
+def _check_boxes(bbox: Any, classes: int, width: int = 5) -> None:
     if not isinstance(bbox, list) or len(bbox) != classes:
-        raise StageError(f"expected per-class boxes, a list of {classes}, got {_form(bbox)}")
-    bad = [i for i, b in enumerate(bbox) if not _is_boxes(b)]
+        raise StageError(f"expected per-class boxes, a list of {classes}, got {form(bbox)}")
+    bad = [i for i, b in enumerate(bbox) if not _is_boxes(b, width)]
     if bad:
-        raise StageError(f"class {bad[0]}'s boxes are not a (k, 5) array: {_form(bbox[bad[0]])}")
+        raise StageError(
+            f"class {bad[0]}'s boxes are not a (k, {width}) array: {form(bbox[bad[0]])}"
+        )
 
 
 def _check_instances(entry: Any, needs: Needs, ori: Tuple[int, int]) -> None:
     if len(entry) != 2:
-        raise StageError(f"expected (bbox, segm), got {_form(entry)}")
+        raise StageError(f"expected (bbox, segm), got {form(entry)}")
     bbox, segm = entry
     if isinstance(segm, tuple):  # (masks, mask scores)
         segm = segm[0]
     _check_boxes(bbox, needs.things)
     if not isinstance(segm, list) or len(segm) != needs.things:
-        raise StageError(f"expected per-class masks, a list of {needs.things}, got {_form(segm)}")
+        raise StageError(f"expected per-class masks, a list of {needs.things}, got {form(segm)}")
     for c, (boxes, masks) in enumerate(zip(bbox, segm)):
         if len(masks) != len(boxes):
             raise StageError(f"class {c}: {len(boxes)} boxes but {len(masks)} masks")

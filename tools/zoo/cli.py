@@ -1,4 +1,4 @@
-"""The command line of ``tools/mmdet_zoo.py``: its options, and a user error's one line."""
+"""The command line of ``tools/zoo.py``: its options, and a user error's one line."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import NoReturn, Optional, Sequence
 
+from mmpar_zoo.codebase import CODEBASES
 from mmpar_zoo.config import DETECTIONS, RCNN_ROIS, RPN_PROPOSALS
 
 
@@ -25,10 +26,25 @@ def parse_args(
         description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--configs-root",
-        help="folder of model directories (default: the installed mmdet's .mim/configs)",
+        "--codebase",
+        choices=tuple(CODEBASES),
+        default="mmdet",
+        help="whose model zoo (default mmdet); mmpose, mmcls and mmtrack only build",
     )
-    parser.add_argument("--dirs", help="comma-separated model directories to run (default: all)")
+    parser.add_argument(
+        "--configs-root",
+        help="folder of model directories (default: the installed codebase's .mim/configs)",
+    )
+    parser.add_argument(
+        "--dirs",
+        help="comma-separated model directories to run, or folders of them (textdet selects "
+        "textdet/dbnet, textdet/panet, ...; default: all)",
+    )
+    parser.add_argument(
+        "--configs",
+        help="comma-separated config paths relative to the configs' root: exactly these run "
+        "(with --dirs, --filter, --one-per-dir: those of them these select)",
+    )
     parser.add_argument(
         "--one-per-dir",
         action="store_true",
@@ -61,6 +77,26 @@ def parse_args(
         f"image for R-CNN heads, {RPN_PROPOSALS} proposals per image)",
     )
     parser.add_argument(
+        "--build-only",
+        action="store_true",
+        help="only build each model (no training step, no test batch)",
+    )
+    parser.add_argument(
+        "--pythonpath",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a folder put first on the import path of the tool and its children (repeatable): "
+        "packages installed there (pip install --target DIR) serve the codebase, e.g. the "
+        "mmcv <= 1.7.0 that mmaction2 and mmpose ask for",
+    )
+    parser.add_argument(
+        "--no-fixes",
+        action="store_true",
+        help="do not mend the codebases' own bugs that stop a run without a GPU "
+        "(tools/zoo/fixes.py says which, and why)",
+    )
+    parser.add_argument(
         "--by-dir",
         action="store_true",
         help="also print the results by model directory, as a markdown table",
@@ -73,7 +109,7 @@ def parse_args(
     parser.add_argument(
         "--debug",
         action="store_true",
-        help="on a user error (bad option, mmdet's models not importing) show the full "
+        help="on a user error (bad option, the codebase's models not importing) show the full "
         "traceback instead of one 'error: ...' line",
     )
     return parser.parse_args(argv)

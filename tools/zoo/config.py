@@ -11,8 +11,6 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
-#: Packages some configs use that installing mmdet does not install: those configs are skipped.
-OPTIONAL_PACKAGES = ("mmcls", "timm", "sklearn")
 #: RoIs an R-CNN head samples per training image, at most (the configs say 128 to 512; the
 #: images are small). ``--config-rois`` keeps the configs' numbers.
 RCNN_ROIS = 32
@@ -23,7 +21,7 @@ DETECTIONS = 100
 
 
 def load_config(path: Path) -> Any:
-    """The config with mmdet's own compatibility passes, custom imports not yet made.
+    """The config, custom imports not yet made.
 
     Args:
         path: The config file.
@@ -33,41 +31,39 @@ def load_config(path: Path) -> Any:
     """
     from mmcv import Config
 
-    cfg = Config.fromfile(str(path), import_custom_modules=False)
-    try:
-        from mmdet.utils import compat_cfg, replace_cfg_vals
-
-        cfg = replace_cfg_vals(cfg)
-        if "data" in cfg:  # compat_cfg reads it
-            cfg = compat_cfg(cfg)
-    except ImportError:  # older mmdet 2.x
-        pass
-    return cfg
+    return Config.fromfile(str(path), import_custom_modules=False)
 
 
-def needed_package(cfg: Any) -> Optional[str]:
+def needed_package(cfg: Any, optional: Sequence[str]) -> Optional[str]:
     """An optional package the config needs and this machine lacks (custom_imports, types).
 
     Args:
         cfg: The config.
+        optional: The packages to look for.
 
     Returns:
-        One of :data:`OPTIONAL_PACKAGES`, or None where nothing is missing.
+        One of ``optional``, or None where nothing is missing.
     """
-    names: List[str] = list((cfg.get("custom_imports") or {}).get("imports") or [])
+    names = custom_imports(cfg)
     for node in dicts(cfg.get("model")):
         if isinstance(node.get("type"), str) and "." in node["type"]:
             names.append(node["type"])
     for name in names:
         root = name.split(".")[0]
-        if root in OPTIONAL_PACKAGES and importlib.util.find_spec(root) is None:
+        if root in optional and importlib.util.find_spec(root) is None:
             return root
     return None
 
 
+def custom_imports(cfg: Any) -> List[str]:
+    """The modules the config's ``custom_imports`` names (a list, or one name as mmcv allows)."""
+    names = (cfg.get("custom_imports") or {}).get("imports") or []
+    return [names] if isinstance(names, str) else list(names)
+
+
 def import_custom_modules(cfg: Any) -> None:
     """Import the modules the config's ``custom_imports`` names."""
-    for name in (cfg.get("custom_imports") or {}).get("imports") or []:
+    for name in custom_imports(cfg):
         importlib.import_module(name)
 
 
@@ -87,26 +83,30 @@ def _is_pretrained(init: Any) -> bool:
     return isinstance(init, dict) and init.get("type") == "Pretrained"
 
 
-def strip_pretrained(model_cfg: Any, configs_root: Path) -> None:
+def strip_pretrained(model_cfg: Any, configs_root: Path, keep: Sequence[str] = ()) -> None:
     """Drop every pretrained weight from a model config, in place.
 
-    ``pretrained`` keys, ``init_cfg`` entries of type ``Pretrained``, every
-    backbone's ``init_cfg``, and teachers' checkpoints (a teacher's config is
-    loaded, stripped the same way, and given inline).
+    ``pretrained`` and ``*_pretrained`` values (mmedit's ``spynet_pretrained``),
+    ``init_cfg`` entries of type ``Pretrained``, every backbone's ``init_cfg``, and
+    teachers' checkpoints (a teacher's config is loaded, stripped the same way,
+    and given inline).
 
     Args:
         model_cfg: The config's ``model``.
         configs_root: The folder of model directories, where teachers' configs are.
+        keep: Types whose ``pretrained`` stays (mmedit's PerceptualLoss requires one).
     """
     for node in list(dicts(model_cfg)):
-        node.pop("pretrained", None)
+        for key in [k for k in node if k == "pretrained" or str(k).endswith("_pretrained")]:
+            if node.get("type") not in keep:  # None, not dropped: mmaction2's ResNet3d needs it
+                node[key] = None
         init = node.get("init_cfg")
         if _is_pretrained(init):
             node["init_cfg"] = None
         elif isinstance(init, (list, tuple)):
             node["init_cfg"] = [i for i in init if not _is_pretrained(i)] or None
-        if isinstance(node.get("backbone"), dict):
-            node["backbone"]["init_cfg"] = None
+        if isinstance(node.get("backbone"), dict) and "init_cfg" in node["backbone"]:
+            node["backbone"]["init_cfg"] = None  # LeNet5 and others take no init_cfg
         if "teacher_ckpt" in node:
             node["teacher_ckpt"] = None
         if isinstance(node.get("teacher_config"), str):

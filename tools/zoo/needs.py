@@ -73,6 +73,8 @@ class Needs:
         self.divisor = _divisor(train, model)
         self.fixed_size = _fixed_input_size(model)
         self.things, self.seg_classes = _class_counts(model)
+        #: Rotated boxes (cx, cy, w, h, angle) instead of (x1, y1, x2, y2): mmrotate's.
+        self.rotated = False
 
     def shapes(self) -> List[Tuple[Tuple[int, int], Tuple[int, int]]]:
         """(image shape, padded shape) of each training image (the test image is the first)."""

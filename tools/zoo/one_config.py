@@ -1,5 +1,8 @@
 """One config in this process: build, one training step, one test batch, checked.
 
+What differs from codebase to codebase (the builder, the batches, the steps, the
+result's form) is the :class:`~mmpar_zoo.codebase.Codebase`'s.
+
 :func:`run_config` never raises: its result (a JSON-able dict) says PASS, FAIL
 with the stage and the error, or SKIP with the reason.
 """
@@ -7,22 +10,14 @@ with the stage and the error, or SKIP with the reason.
 from __future__ import annotations
 
 import random
+import re
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Sequence
 
-from mmpar_zoo.batch import make_batches
-from mmpar_zoo.checks import StageError, check_result
-from mmpar_zoo.config import (
-    OPTIONAL_PACKAGES,
-    import_custom_modules,
-    limit_rois,
-    load_config,
-    needed_package,
-    strip_pretrained,
-)
-from mmpar_zoo.needs import Needs
+from mmpar_zoo.codebase import Codebase
+from mmpar_zoo.config import import_custom_modules, needed_package
 
 #: What ``mmcv.runner``'s checkpoint loader refuses in the child: nothing may be downloaded.
 NO_CHECKPOINT = (
@@ -31,15 +26,23 @@ NO_CHECKPOINT = (
 )
 
 
-def _no_downloads() -> None:
-    """Make every checkpoint load (and so every download) an error in this process."""
+def _no_downloads(empty: bool = False) -> None:
+    """Make every checkpoint load (and so every download) an error in this process.
+
+    Args:
+        empty: Answer mmcv's checkpoint loads with an empty state dict instead
+            (``Codebase.loss_networks``); torch.hub's are still refused.
+    """
     import torch.hub
     from mmcv.runner.checkpoint import CheckpointLoader
 
     def refuse(filename: Any, *args: Any, **kwargs: Any) -> Any:
         raise RuntimeError(NO_CHECKPOINT.format(filename))
 
-    CheckpointLoader.load_checkpoint = classmethod(lambda cls, filename, *a, **k: refuse(filename))
+    def answer(cls: Any, filename: Any, *args: Any, **kwargs: Any) -> Any:
+        return {} if empty else refuse(filename)
+
+    CheckpointLoader.load_checkpoint = classmethod(answer)
     torch.hub.load_state_dict_from_url = refuse
     torch.hub.download_url_to_file = refuse
 
@@ -63,48 +66,62 @@ def _timed(result: Dict[str, Any], stage: str, fn: Callable[[], Any]) -> Any:
 
 
 def run_config(
-    path: Path, rel: str, configs_root: Path, seed: int, config_rois: bool = False
+    codebase: Codebase,
+    path: Path,
+    rel: str,
+    configs_root: Path,
+    seed: int,
+    config_rois: bool = False,
+    build_only: bool = False,
 ) -> Dict[str, Any]:
     """Build, train one step and test one batch; the result as a JSON-able dict.
 
     Args:
+        codebase: The codebase whose config it is.
         path: The config file.
-        rel: Its path relative to ``configs_root`` (``<dir>/<name>.py``).
+        rel: Its path relative to ``configs_root`` (``<model dir>/<name>.py``).
         configs_root: The folder of model directories.
         seed: The seed of Python's, numpy's and torch's generators, and of the batch.
         config_rois: Keep the config's numbers of RoIs, proposals and detections.
+        build_only: Only build the model (as the codebase's ``build_only`` does).
 
     Returns:
         ``config``, ``dir``, ``times`` and ``cpu`` (seconds per stage), ``status``,
         and ``reason`` (SKIP) or ``stage``, ``error`` and ``traceback`` (FAIL).
     """
-    result: Dict[str, Any] = {"config": rel, "dir": rel.split("/")[0], "times": {}, "cpu": {}}
+    result: Dict[str, Any] = {"config": rel, "dir": model_dir(rel), "times": {}, "cpu": {}}
     stage = "config"
     try:
-        _no_downloads()
+        _no_downloads(empty=bool(codebase.loss_networks))
         _seed(seed)
-        cfg = load_config(path)
+        cfg = codebase.load_config(path)
         if "model" not in cfg:
             return dict(result, status="SKIP", reason="no model (a dataset or schedule config)")
-        package = needed_package(cfg)
+        package = needed_package(cfg, codebase.optional)
         if package is not None:
             return dict(result, status="SKIP", reason=f"needs {package}")
         stage = "build"
         import_custom_modules(cfg)
-        model = _timed(result, "build", lambda: build_model(cfg, configs_root, config_rois))
+        model = _timed(
+            result, "build", lambda: codebase.build_model(cfg, configs_root, config_rois)
+        )
+        if build_only or codebase.build_only:
+            return dict(result, status="PASS")
         stage = "batch"
-        needs = Needs(cfg)
-        train_data, test_data = make_batches(needs, seed)
+        train_data, test_data, expect = codebase.make_batches(cfg, seed)
         stage = "train"
-        _timed(result, "train", lambda: train_step(model, train_data))
+        _timed(result, "train", lambda: codebase.train_step(model, train_data, cfg))
         stage = "test"
-        output = _timed(result, "test", lambda: test_step(model, test_data))
+        output = _timed(result, "test", lambda: codebase.test_step(model, test_data))
         stage = "check"
-        check_result(output, needs, test_data)
+        codebase.check_result(output, expect, test_data)
     except Exception as exc:
-        package = _missing_optional(exc)
+        package = _missing_optional(exc, codebase.optional)
         if package is not None:
             return dict(result, status="SKIP", reason=f"needs {package}")
+        missing = _missing_file(exc) if stage == "build" else None
+        if missing is not None:  # a model that reads data the codebase does not ship
+            return dict(result, status="SKIP", reason=f"needs the file {missing}")
         lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
         return dict(
             result,
@@ -114,6 +131,11 @@ def run_config(
             traceback="".join(lines)[-4000:],
         )
     return dict(result, status="PASS")
+
+
+def model_dir(rel: str) -> str:
+    """A config's model directory: the folder it is in, relative to the configs' root."""
+    return rel.rsplit("/", 1)[0] if "/" in rel else "."
 
 
 def one_line(exc: BaseException, limit: int = 200) -> str:
@@ -144,11 +166,19 @@ def _explain(message: str) -> str:
     return message
 
 
-def _missing_optional(exc: BaseException) -> Optional[str]:
-    """The optional package (mmcls, timm, sklearn) whose absence ``exc`` reports, if any."""
+def _missing_file(exc: BaseException) -> Optional[str]:
+    """The file whose absence ``exc`` reports (mmcv's registry keeps the message only)."""
+    if not isinstance(exc, FileNotFoundError):
+        return None
+    match = re.search(r"No such file or directory: '([^']+)'", str(exc))
+    return exc.filename or (match.group(1) if match else None)
+
+
+def _missing_optional(exc: BaseException, optional: Sequence[str]) -> Optional[str]:
+    """The optional package (of ``optional``) whose absence ``exc`` reports, if any."""
     text = str(exc)
     name = getattr(exc, "name", None) or ""
-    for package in OPTIONAL_PACKAGES:
+    for package in optional:
         if isinstance(exc, ImportError) and (
             name.split(".")[0] == package or f"pip install {package}" in text
         ):
@@ -156,57 +186,3 @@ def _missing_optional(exc: BaseException) -> Optional[str]:
         if isinstance(exc, KeyError) and f"{package}." in text and "not in the" in text:
             return package
     return None
-
-
-def build_model(cfg: Any, configs_root: Path, config_rois: bool = False) -> Any:
-    """The config's detector, without pretrained weights, its weights initialized.
-
-    Args:
-        cfg: The config, changed in place (RoIs limited unless ``config_rois``,
-            pretrained weights and ``load_from``/``resume_from`` dropped).
-        configs_root: The folder of model directories (for teachers' configs).
-        config_rois: Keep the config's numbers of RoIs, proposals and detections.
-    """
-    from mmdet.models import build_detector
-
-    if not config_rois:
-        limit_rois(cfg)
-    strip_pretrained(cfg.model, configs_root)
-    cfg.load_from = None
-    cfg.resume_from = None
-    model = build_detector(cfg.model, train_cfg=cfg.get("train_cfg"), test_cfg=cfg.get("test_cfg"))
-    model.init_weights()
-    return model
-
-
-def _wrap(model: Any) -> Any:
-    from mmpar import MMDataParallel
-
-    return MMDataParallel(model, device_ids=["cpu"])
-
-
-def train_step(model: Any, data: Any) -> None:
-    """One training step through ``mmpar.MMDataParallel``: forward, losses, backward.
-
-    Raises:
-        StageError: The loss is not finite, or no parameter got a non-zero gradient.
-    """
-    import torch
-
-    model.train()
-    outputs = _wrap(model).train_step(data, optimizer=None)
-    loss = outputs["loss"]
-    if not isinstance(loss, torch.Tensor) or not bool(torch.isfinite(loss).all()):
-        raise StageError(f"the loss is not finite: {outputs.get('log_vars')}")
-    loss.backward()
-    if not any(p.grad is not None and bool(p.grad.any()) for p in model.parameters()):
-        raise StageError("no parameter got a non-zero gradient")
-
-
-def test_step(model: Any, data: Any) -> Any:
-    """The model's output for the test batch (``return_loss=False, rescale=True``)."""
-    import torch
-
-    model.eval()
-    with torch.no_grad():
-        return _wrap(model)(return_loss=False, rescale=True, **data)

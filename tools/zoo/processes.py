@@ -19,14 +19,21 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Tuple
 
-from mmpar_zoo.one_config import one_line, run_config
+from mmpar_zoo.codebase import Codebase, get_codebase
+from mmpar_zoo.fixes import apply_fixes
+from mmpar_zoo.one_config import model_dir, one_line, run_config
 
 
-def prepare_mmdet(ops: str) -> None:
-    """Mount the ops, then import mmdet's models here, once, for every forked child.
+def prepare(codebase: Codebase, ops: str, fixes: bool = True) -> List[str]:
+    """Mount the ops, then import the codebase's models here, once, for every forked child.
 
     Args:
+        codebase: The codebase whose models are imported (its ``modules``).
         ops: Whose ops serve ``mmcv.ops`` (``mmpar.compat.patch_mmcv``'s ``ops``).
+        fixes: Apply the mends of the codebase's own bugs (``mmpar_zoo.fixes``).
+
+    Returns:
+        The names of the fixes applied.
     """
     # Import-time notices (mmcv's 2.0 announcement, torch's missing CUDA runtime) say
     # nothing about the zoo; mmpar's line on whose ops are in use stays.
@@ -36,13 +43,23 @@ def prepare_mmdet(ops: str) -> None:
         from mmpar.compat import patch_mmcv
 
         patch_mmcv(ops=ops)
-        for name in ("mmdet.models", "mmdet.core", "mmdet.utils"):
+        for name in codebase.modules:
             importlib.import_module(name)
+        return apply_fixes(codebase.name) if fixes else []
 
 
-def _child(
-    conn: Any, path: str, rel: str, root: str, seed: int, threads: int, config_rois: bool
-) -> None:
+def import_hint(err: BaseException) -> str:
+    """What may mend a codebase's import error: a package to install, an option to give."""
+    text = str(err)
+    if isinstance(err, ModuleNotFoundError) and err.name:
+        package = err.name.split(".")[0]
+        return f" (install {package}, or give --pythonpath DIR where it is installed)"
+    if "MMCV==" in text and "incompatible" in text:
+        return " (give --pythonpath DIR where an mmcv it accepts is installed)"
+    return ""
+
+
+def _child(conn: Any, path: str, rel: str, root: str, options: Dict[str, Any]) -> None:
     """A child process's body: quiet, seeded, one config, the result sent back."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
@@ -50,12 +67,20 @@ def _child(
     warnings.simplefilter("ignore")
     import torch
 
-    if threads:
-        torch.set_num_threads(threads)
+    if options["threads"]:
+        torch.set_num_threads(options["threads"])
     try:
-        result = run_config(Path(path), rel, Path(root), seed, config_rois)
+        result = run_config(
+            get_codebase(options["codebase"]),
+            Path(path),
+            rel,
+            Path(root),
+            options["seed"],
+            options["config_rois"],
+            options["build_only"],
+        )
     except BaseException as exc:  # noqa: BLE001 - the parent must hear of anything
-        result = dict(config=rel, dir=rel.split("/")[0], times={}, status="FAIL", stage="tool")
+        result = dict(config=rel, dir=model_dir(rel), times={}, status="FAIL", stage="tool")
         result["error"] = f"{type(exc).__name__}: {one_line(exc)}"
     conn.send(result)
     conn.close()
@@ -74,7 +99,8 @@ def run_all(
     Args:
         configs: Config paths relative to ``root``.
         root: The folder of model directories.
-        args: The options (``jobs``, ``timeout``, ``seed``, ``config_rois``).
+        args: The options (``codebase``, ``jobs``, ``timeout``, ``seed``, ``config_rois``,
+            ``build_only``).
         report: Called with each result as its config finishes.
 
     Returns:
@@ -82,7 +108,13 @@ def run_all(
         the timeout or died fails at stage ``timeout`` or ``crash``.
     """
     ctx = _context()
-    threads = 1 if args.jobs > 1 else 0
+    options = dict(
+        codebase=args.codebase,
+        threads=1 if args.jobs > 1 else 0,
+        seed=args.seed,
+        config_rois=args.config_rois,
+        build_only=args.build_only,
+    )
     pending = list(configs)
     running: Dict[Any, Tuple[str, Any, float]] = {}  # connection -> (config, process, deadline)
     results: Dict[str, dict] = {}
@@ -92,7 +124,7 @@ def run_all(
             here, there = ctx.Pipe(duplex=False)
             proc = ctx.Process(
                 target=_child,
-                args=(there, str(root / rel), rel, str(root), args.seed, threads, args.config_rois),
+                args=(there, str(root / rel), rel, str(root), options),
                 daemon=True,
             )
             proc.start()
@@ -123,6 +155,4 @@ def run_all(
 
 
 def _failed(rel: str, stage: str, error: str) -> dict:
-    return dict(
-        config=rel, dir=rel.split("/")[0], times={}, status="FAIL", stage=stage, error=error
-    )
+    return dict(config=rel, dir=model_dir(rel), times={}, status="FAIL", stage=stage, error=error)

@@ -90,9 +90,19 @@ def _names(configs: List[str], counted: int) -> str:
     return ", ".join(f"`{Path(c).name}`" for c in configs)
 
 
-def write_json(path: str, results: List[dict], root: Path, ops: str) -> None:
-    """Write the run (``configs_root``, ``ops``, ``summary``, ``results``) to ``path``."""
-    payload = dict(configs_root=str(root), ops=ops, summary=summary(results), results=results)
+def write_json(
+    path: str, results: List[dict], root: Path, ops: str, codebase: str, fixes: List[str]
+) -> None:
+    """Write the run (``codebase``, ``configs_root``, ``ops``, ``fixes``, ``summary``,
+    ``results``) to ``path``."""
+    payload = dict(
+        codebase=codebase,
+        configs_root=str(root),
+        ops=ops,
+        fixes=fixes,
+        summary=summary(results),
+        results=results,
+    )
     Path(path).write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
 
 
