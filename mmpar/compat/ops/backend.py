@@ -39,10 +39,6 @@ INSTALL_HINT = (
 )
 
 
-class ArgumentError(ValueError, AssertionError):
-    """A bad argument; an AssertionError too, because mmcv 1.x asserts its arguments."""
-
-
 class UnsupportedOpError(NotImplementedError):
     """An op, or a mode of an op, that mmpar's stand-in for ``mmcv.ops`` does not supply."""
 
