@@ -22,7 +22,6 @@ from torch import Tensor
 __all__ = [
     "ArgumentError",
     "INSTALL_HINT",
-    "ArgumentError",
     "UnsupportedOpError",
     "check_float",
     "check_int",
