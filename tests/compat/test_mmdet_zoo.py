@@ -34,14 +34,10 @@ SKIP_REASONS = {
 #: CPU-only machine with numpy 2), and the reason: (stage, part of the error). Each must
 #: still fail so: once one passes, or fails otherwise, the test says so.
 KNOWN_FAILURES = {
-    # mmdet's IoUBalancedNegSampler uses np.int, which numpy 1.24 removed.
-    "libra_rcnn": ("train", "module 'numpy' has no attribute 'int'"),
     # mmdet's mask pasting on the CPU (_do_paste_mask with skip_empty, box by box) breaks on
     # a box that lies wholly outside the image; QueryInst does not clip its boxes, and with
     # random weights some lie outside.
     "queryinst": ("test", "upper bound and lower bound inconsistent with step sign"),
-    # RepPointsHead.get_points leaves valid_flags' device at its default, 'cuda'.
-    "reppoints": ("train", "the model calls CUDA, and this machine has no GPU"),
 }
 LINE = re.compile(r"^(PASS|FAIL|SKIP)  (\S+)  (.*)$")
 
