@@ -78,6 +78,9 @@ def rotated_feature_align(
         ValueError: Wrong shapes, devices, or ``points``.
     """
     _check(features, best_rbboxes, points)
+    if features.numel() == 0:
+        # Nothing to read; torch's multithreaded embedding_bag fails on a 0-wide table.
+        return features.clone()
     n, c, h, w = features.shape
     dtype = float_compute_dtype(features.dtype)
     feat = features.to(dtype)
