@@ -151,6 +151,11 @@ def test_top_level_packages_beside_a_codebase_are_left_out(tmp_path) -> None:
     # Installed with its tests: the environment sees them (and a plan reinstalls it).
     info = site(tmp_path / "site", mmpose="0.29.0") / "mmpose-0.29.0.dist-info"
     (info / "RECORD").write_text(record)
+    # The files exist: importlib_metadata (imported by some codebases, and then first on
+    # sys.meta_path) lists only the files of a RECORD that exist.
+    for package in ("mmpose", "tests"):
+        (tmp_path / "site" / package).mkdir()
+        (tmp_path / "site" / package / "__init__.py").write_text("")
     env = Environment(path=[str(tmp_path / "site")])
     assert env.strays("mmpose", "mmpose") == ["tests"]
 
