@@ -64,7 +64,7 @@ class Probe(nn.Module):
     def train_step(self, data, optimizer, **kwargs):
         assert not containers_in(data), containers_in(data)
         loss = self._check("train_step", **data)
-        return dict(loss=loss, log_vars=dict(loss=float(loss)), num_samples=data["img"].shape[0])
+        return dict(loss=loss, log_vars=dict(loss=loss.item()), num_samples=data["img"].shape[0])
 
     def val_step(self, data, optimizer=None, **kwargs):
         return self.train_step(data, optimizer)
