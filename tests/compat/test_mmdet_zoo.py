@@ -38,6 +38,9 @@ KNOWN_FAILURES = {
     # a box that lies wholly outside the image; QueryInst does not clip its boxes, and with
     # random weights some lie outside.
     "queryinst": ("test", "upper bound and lower bound inconsistent with step sign"),
+    # mmcls is installed now (mmpar.compat.install's CI set), so the TIMMBackbone config
+    # builds up to mmcls's own import of timm, which neither mmdet nor mmcls installs.
+    "timm_example": ("build", "Failed to import timm"),
 }
 LINE = re.compile(r"^(PASS|FAIL|SKIP)  (\S+)  (.*)$")
 
