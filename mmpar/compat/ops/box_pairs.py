@@ -15,7 +15,8 @@ count.
 
 from __future__ import annotations
 
-from typing import List, Tuple
+import math
+from typing import Iterator, List, Tuple
 
 import torch
 from torch import Tensor
@@ -68,21 +69,32 @@ class _Strips:
         last = float(getattr(self, "strips", 1 << 40))
         return torch.floor((y - self.y0) / self.height).clamp(min=-1, max=last).long()
 
-    def intersecting(
+    def ranges(
         self, qxl: Tensor, qyl: Tensor, qxr: Tensor, qyr: Tensor
-    ) -> Tuple[Tensor, Tensor]:
-        """``(k, r)``: query ``k`` (a position in the query tensors) meets rectangle ``ids[r]``."""
+    ) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """Per (query, strip it crosses): ``(k, strip, first, lo, counts)``.
+
+        The query's position ``k``, the strip, the query's first strip, and the run
+        ``lo .. lo + counts`` of sorted entries it is compared with: the rectangles
+        of the strip that start in ``[xl - widest, xr]``.
+        """
         first = self.strip(qyl).clamp(min=0)
         last = self.strip(qyr).clamp(max=self.strips - 1)
         span = (last - first + 1).clamp(min=0)
         k = torch.repeat_interleave(torch.arange(qxl.numel()), span)
         start = torch.cumsum(span, 0) - span
         strip = torch.repeat_interleave(first - start, span) + torch.arange(k.numel())
-        # Rectangles of the strip that start in [xl - widest, xr].
         lo_rank = torch.searchsorted(self.left_sorted, qxl.index_select(0, k) - self.widest)
         hi_rank = torch.searchsorted(self.left_sorted, qxr.index_select(0, k), right=True)
         lo = torch.searchsorted(self.key, strip * self.span + lo_rank)
         counts = torch.searchsorted(self.key, strip * self.span + hi_rank) - lo
+        return k, strip, first, lo, counts
+
+    def intersecting(
+        self, qxl: Tensor, qyl: Tensor, qxr: Tensor, qyr: Tensor
+    ) -> Tuple[Tensor, Tensor]:
+        """``(k, r)``: query ``k`` (a position in the query tensors) meets rectangle ``ids[r]``."""
+        k, strip, first, lo, counts = self.ranges(qxl, qyl, qxr, qyr)
         # Per (query, strip): the query's left edge, vertical extent and first strip.
         qx, qy0, qy1, qf = (t.index_select(0, k) for t in (qxl, qyl, qyr, first))
         found_k: List[Tensor] = [k[:0]]
@@ -127,6 +139,18 @@ class RectangleIndex:
             edges = (t.index_select(0, ids) for t in (xl, yl, xr, yr))
             self.groups.append((c, _Strips(ids, *edges)))
 
+    def _near_groups(
+        self, query: Tensor, size_ratio: float
+    ) -> Iterator[Tuple[_Strips, Tensor, List[Tensor]]]:
+        """Each size group, with the queries that may meet it: positions, edges."""
+        edges = [t.index_select(0, query) for t in (self.xl, self.yl, self.xr, self.yr)]
+        size = self.size.index_select(0, query)
+        reach = 1 << 40 if size_ratio <= 0 else math.ceil(math.log2(1 / size_ratio)) + 1
+        for c, group in self.groups:
+            near = torch.nonzero((size - c).abs() <= reach).squeeze(1)
+            if near.numel():
+                yield group, near, [t.index_select(0, near) for t in edges]
+
     def intersecting(self, query: Tensor, size_ratio: float = 0.0) -> Tuple[Tensor, Tensor]:
         """The pairs ``(q, r)``, ``q`` in ``query``, ``r != q``, of rectangles that intersect.
 
@@ -142,16 +166,8 @@ class RectangleIndex:
         found_q, found_r = [query.new_zeros(0)], [query.new_zeros(0)]
         if query.numel() == 0:
             return found_q[0], found_r[0]
-        qxl, qyl, qxr, qyr = (
-            t.index_select(0, query) for t in (self.xl, self.yl, self.xr, self.yr)
-        )
-        qsize = self.size.index_select(0, query)
-        reach = 1 << 40 if size_ratio <= 0 else int(torch.tensor(1 / size_ratio).log2().ceil()) + 1
-        for c, group in self.groups:
-            near = torch.nonzero((qsize - c).abs() <= reach).squeeze(1)
-            if near.numel() == 0:
-                continue
-            k, r = group.intersecting(*(t.index_select(0, near) for t in (qxl, qyl, qxr, qyr)))
+        for group, near, edges in self._near_groups(query, size_ratio):
+            k, r = group.intersecting(*edges)
             q, r = query.index_select(0, near.index_select(0, k)), group.ids.index_select(0, r)
             pick = torch.nonzero(q != r).squeeze(1)
             found_q.append(q.index_select(0, pick))

@@ -38,9 +38,9 @@ ArrayLike = Union[Tensor, np.ndarray]
 
 
 def real_number(op: str, name: str, value: Any) -> float:
-    """``value`` as a float, if it is a real number (a bool is not)."""
-    if isinstance(value, Tensor) and value.numel() == 1 and value.is_floating_point():
-        value = float(value)
+    """``value`` as a float, if it is a real number (a bool is not; a one-number tensor is)."""
+    if isinstance(value, Tensor) and value.numel() == 1 and value.dtype != torch.bool:
+        value = value.item() if not value.is_complex() else value
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(
             f"mmcv.ops.{op}: {name} must be a real number, got {type(value).__name__} {value!r}"

@@ -25,8 +25,8 @@ weights) are in :mod:`mmpar.compat.ops.soft_nms_kernel`. Here:
 
 :func:`~mmpar.compat.ops.soft_nms_kernel.soft_nms_steps`, the kernel step by step,
 runs where scores can rise (``min_score < 0``: a negative score rises when
-multiplied by a weight below 1) and where every pair interacts (``naive`` with
-``iou_threshold == 0``).
+multiplied by a weight below 1), where every pair interacts (``naive`` with
+``iou_threshold == 0``), and for a few boxes (it costs less there).
 
 Cost: sparse boxes (few overlaps each) run faster than torchvision's ``nms``;
 dense clusters (hundreds of boxes over one object) cost a round per box taken
@@ -53,6 +53,8 @@ from mmpar.compat.ops.soft_nms_kernel import (
 
 __all__ = ["soft_nms_keep"]
 
+#: Up to this many boxes, the kernel step by step costs less.
+_FEW_BOXES = 32
 #: How many undecided boxes an epoch of rounds looks at: first, fewest, most.
 _EPOCH, _EPOCH_MIN, _EPOCH_MAX = 256, 32, 8192
 #: The most pairs an epoch's rounds go over.
@@ -333,7 +335,8 @@ def soft_nms_keep(boxes: Tensor, scores: Tensor, params: SoftNMSParams) -> Tuple
         their scores when taken.
     """
     n = boxes.shape[0]
-    if n == 0 or params.min_score < 0 or (params.method == "naive" and params.iou_threshold <= 0):
+    dense = params.method == "naive" and params.iou_threshold <= 0
+    if n <= _FEW_BOXES or params.min_score < 0 or dense:
         return soft_nms_steps(boxes, scores, params)
     areas = box_areas(boxes, params.offset)
     # Step 0, as the kernel: every other box rescored, and dropped below min_score.

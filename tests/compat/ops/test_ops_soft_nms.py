@@ -165,6 +165,7 @@ CASES = [
 @pytest.mark.parametrize("small_epochs", [False, True])
 def test_rounds_are_the_kernel(case: int, small_epochs: bool, monkeypatch) -> None:  # noqa: ANN001
     method, thr, min_score, offset = CASES[case]
+    monkeypatch.setattr(soft_nms_rounds, "_FEW_BOXES", 0)
     if small_epochs:  # several epochs, cut by their pair budget: their edges get exercised
         monkeypatch.setattr(soft_nms_rounds, "_EPOCH", 4)
         monkeypatch.setattr(soft_nms_rounds, "_EPOCH_MIN", 2)
@@ -185,7 +186,7 @@ def test_rounds_are_the_kernel(case: int, small_epochs: bool, monkeypatch) -> No
         assert torch.equal(steps[1].nan_to_num(-7.0), kept.nan_to_num(-7.0))
 
 
-def test_rounds_float64_and_many_boxes() -> None:
+def test_rounds_float64_and_many_boxes() -> None:  # more than _FEW_BOXES
     boxes, scores = random_boxes(800, seed=31, size=300.0)
     scores = (scores * 40).floor() / 40
     for method in ("linear", "gaussian"):
