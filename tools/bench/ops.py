@@ -216,8 +216,11 @@ def _format(row: Union[Row, str]) -> str:
 
 
 def run(quick: bool = False) -> str:
-    import torchvision
-
+    title = "## Ops: mmcv.ops stand-ins against a kernel (issue 30)"
+    try:
+        import torchvision
+    except ImportError:
+        return f"{title}\n\nSkipped: torchvision is not installed (the mmcv-ops extra).\n"
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -225,7 +228,7 @@ def run(quick: bool = False) -> str:
     finally:
         torch.set_num_threads(threads)
     lines = [
-        "## Ops: mmcv.ops stand-ins against a kernel (issue 30)",
+        title,
         "",
         f"CPU, one thread: {_cpu()} ({os.cpu_count()} cores), torch {torch.__version__}, "
         f"torchvision {torchvision.__version__}; command: `python tools/benchmark.py ops"

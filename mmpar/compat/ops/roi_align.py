@@ -45,7 +45,7 @@ from mmpar.compat.ops.roi_sample_max import max_of_samples
 from mmpar.compat.ops.roi_sample_pool import average_of_samples
 from mmpar.compat.ops.roi_sampling import (  # noqa: F401 (bilinear_taps: roi_align_rotated's)
     bilinear_taps,
-    roi_bins,
+    roi_grids,
     size_groups,
 )
 
@@ -82,9 +82,8 @@ def _average(
     """The average pooling: torchvision's kernel, and on the CPU the sample lists for rois
     whose grid is too large for it."""
     if feat.device.type == "cpu" and boxes.shape[0]:
-        bins = roi_bins(boxes, out_size, scale, sampling_ratio, aligned)
-        per_roi = out_size[0] * out_size[1]
-        samples = (bins.grid_h * bins.grid_w).view(-1, per_roi)[:, 0] * per_roi
+        *_, grid_h, grid_w = roi_grids(boxes, out_size, scale, sampling_ratio, aligned)
+        samples = grid_h * grid_w * (out_size[0] * out_size[1])
         # A grid of no samples (an inverted box, adaptive) has torchvision's CPU kernel
         # size its buffer from a negative count: those rois go to the lists too (zeros).
         large = (samples > _KERNEL_SAMPLES) | (samples == 0)

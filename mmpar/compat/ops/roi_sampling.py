@@ -38,6 +38,7 @@ __all__ = [
     "listed_samples",
     "pixel_table",
     "roi_bins",
+    "roi_grids",
     "size_groups",
     "sample_taps",
     "window_chunks",
@@ -94,6 +95,25 @@ class Bins:
         return (self.grid_h * self.grid_w).clamp(min=1).to(self.y0.dtype)
 
 
+def roi_grids(
+    rois: Tensor, out_size: tuple[int, int], scale: float, sampling_ratio: int, aligned: bool
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Per roi, mmcv's ``(start_x, start_y, roi_w, roi_h, grid_h, grid_w)``, each ``(K,)``:
+    the scaled (shifted if ``aligned``) corner, the size (at least 1 if not ``aligned``),
+    and the samples per bin side (long, >= 0; a non-finite or negative bin has none)."""
+    start_x, start_y, end_x, end_y = (rois[:, 1:] * scale - (0.5 if aligned else 0.0)).unbind(1)
+    roi_w, roi_h = end_x - start_x, end_y - start_y
+    if not aligned:
+        roi_w, roi_h = roi_w.clamp(min=1.0), roi_h.clamp(min=1.0)
+    if sampling_ratio > 0:
+        grid_h = torch.full_like(roi_h, sampling_ratio, dtype=torch.long)
+        return start_x, start_y, roi_w, roi_h, grid_h, grid_h
+    # mmcv's ceil(roi_h / PH): the bin size's expression, to the bit.
+    grid_h = torch.ceil(roi_h / out_size[0]).nan_to_num(0.0, 0.0, 0.0).clamp(0, _MAX_GRID)
+    grid_w = torch.ceil(roi_w / out_size[1]).nan_to_num(0.0, 0.0, 0.0).clamp(0, _MAX_GRID)
+    return start_x, start_y, roi_w, roi_h, grid_h.long(), grid_w.long()
+
+
 def roi_bins(
     rois: Tensor,
     out_size: tuple[int, int],
@@ -116,18 +136,10 @@ def roi_bins(
         gamma: The offsets' factor.
     """
     ph_n, pw_n = out_size
-    start_x, start_y, end_x, end_y = (rois[:, 1:] * scale - (0.5 if aligned else 0.0)).unbind(1)
-    roi_w, roi_h = end_x - start_x, end_y - start_y
-    if not aligned:
-        roi_w, roi_h = roi_w.clamp(min=1.0), roi_h.clamp(min=1.0)
+    start_x, start_y, roi_w, roi_h, grid_h, grid_w = roi_grids(
+        rois, out_size, scale, sampling_ratio, aligned
+    )
     bin_h, bin_w = roi_h / ph_n, roi_w / pw_n
-    if sampling_ratio > 0:
-        grid_h = torch.full_like(bin_h, sampling_ratio, dtype=torch.long)
-        grid_w = grid_h
-    else:
-        # A non-finite bin gets no samples rather than a grid of 2**63.
-        grid_h = torch.ceil(bin_h).nan_to_num(0.0, 0.0, 0.0).clamp(0, _MAX_GRID).long()
-        grid_w = torch.ceil(bin_w).nan_to_num(0.0, 0.0, 0.0).clamp(0, _MAX_GRID).long()
     shape = (rois.shape[0], ph_n, pw_n)
     top = start_y[:, None, None].expand(shape)
     left = start_x[:, None, None].expand(shape)
