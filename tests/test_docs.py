@@ -1,6 +1,6 @@
 """Every ```python block of README.md and docs/*.md runs as pasted, in a fresh interpreter.
 
-Each block is one test, named by file and line (``test_doc_block_runs[README.md:34]``). It
+Each block is one test, named by file and line (``test_doc_block_runs[README.md:LINE]``). It
 runs as a script (``sys.executable``, ``PYTHONPATH`` = the repository root) in a temporary
 directory that holds a link to the repository's ``configs/``, so the paths the docs use
 (``configs/tiny_det/tiny_det_synthetic.py``) resolve as they do in a checkout, and what
