@@ -62,7 +62,7 @@ def _prior_device() -> List[str]:
 
 #: Fix name -> (the codebases it applies to, what applies it).
 FIXES: Dict[str, Any] = {
-    "prior-device": (("mmdet", "mmrotate", "mmocr", "mmtrack"), _prior_device),
+    "prior-device": (("mmdet", "mmrotate", "mmocr"), _prior_device),
 }
 
 
