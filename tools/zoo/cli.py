@@ -87,8 +87,8 @@ def parse_args(
         default=[],
         metavar="DIR",
         help="a folder put first on the import path of the tool and its children (repeatable): "
-        "packages installed there (pip install --target DIR) serve the codebase, e.g. the "
-        "mmcv <= 1.7.0 that mmaction2 and mmpose ask for",
+        "packages installed there serve the codebase, e.g. the mmcv <= 1.7.0 that mmaction2 "
+        "and mmpose ask for (python -m mmpar.compat.install --mmcv 1.7.0 --target DIR ...)",
     )
     parser.add_argument(
         "--no-fixes",

@@ -10,7 +10,9 @@ the docs count what each one lets pass. None of them touches mmpar or mmcv.ops.
   heads' ``valid_flags``) or with the device where the dtype goes (mmrotate 0.3.4's
   ``grid_priors(featmap_sizes, device)``, written against mmdet's older order of
   arguments). Where no GPU is visible, a ``'cuda'`` device there means the CPU,
-  and a device given as the dtype is taken as the device.
+  and a device given as the dtype is taken as the device. (``patch_mmcv()`` mends
+  the last for mmrotate's ``RotatedAnchorGenerator`` itself, see
+  ``mmpar.compat.cpu_dist``; the ``'cuda'`` defaults stay to the tool.)
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ def _prior_device() -> List[str]:
 
 #: Fix name -> (the codebases it applies to, what applies it).
 FIXES: Dict[str, Any] = {
-    "prior-device": (("mmdet", "mmrotate", "mmocr", "mmtrack"), _prior_device),
+    "prior-device": (("mmdet", "mmrotate", "mmocr"), _prior_device),
 }
 
 

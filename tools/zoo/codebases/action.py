@@ -40,16 +40,24 @@ def _transforms(cfg: Any, split: str) -> Dict[str, dict]:
     return {t["type"]: t for t in dicts(data.get(split)) if isinstance(t.get("type"), str)}
 
 
+def _sampler(transforms: Dict[str, dict]) -> dict:
+    """The frame sampler of a pipeline (``SampleFrames``, ``DenseSampleFrames``, ...)."""
+    return next((t for k, t in transforms.items() if k.endswith("SampleFrames")), {})
+
+
 def _clips(cfg: Any, split: str) -> Tuple[int, int, str, int]:
     """(clips, clip length, input format, persons) of a split's pipeline.
 
     A config without a train pipeline (X3D's: converted weights, test only) trains on
-    its test pipeline's clips, one at a time, as every 3D train pipeline does.
+    its test pipeline's clips; a 3D recognizer on one at a time, as every 3D train
+    pipeline samples.
     """
     found, test = _transforms(cfg, split), _transforms(cfg, "test")
-    sample = found.get("SampleFrames") or {}
+    sample = _sampler(found)
     if not found:
-        sample = dict(test.get("SampleFrames") or {}, num_clips=1)
+        sample = _sampler(test)
+        if cfg.model.get("type") == "Recognizer3D":
+            sample = dict(sample, num_clips=1)
     shape = found.get("FormatShape") or test.get("FormatShape") or {}
     persons = found.get("FormatGCNInput") or test.get("FormatGCNInput") or {}
     return (
