@@ -13,6 +13,7 @@ from mmpar.compat.cpu_dist import enable_cpu_dist
 from mmpar.compat.mmcv_ops import resolve_mode, supply_mmcv_ops
 from mmpar.compat.mmcv_parallel import PACKAGE, PUBLIC, contents
 from mmpar.compat.numpy_aliases import restore_numpy_aliases
+from mmpar.compat.opencv_scalars import mend_opencv_scalars
 from mmpar.compat.wrappers_link import link_wrapper_registry
 from mmpar.data_container import container_classes
 from mmpar.module_wrappers import MMCV_REGISTRY_MODULE
@@ -55,6 +56,10 @@ def patch_mmcv(ops: Optional[str] = None) -> None:
     ``np.sctypes``, ...), which the codebases of mmcv 1.x's era and their
     dependencies still read, are put back where numpy lacks them (see
     :mod:`mmpar.compat.numpy_aliases`); numpy's own names are never changed.
+    OpenCV 5 refuses numpy numbers as colours and fill values, which those
+    codebases pass (mmocr's DRRG and TextSnake targets): its drawing and border
+    functions take them as the Python numbers they hold (see
+    :mod:`mmpar.compat.opencv_scalars`).
 
     Processes started with ``spawn`` or ``forkserver`` (spawned DataLoader
     workers, ``mp.spawn``) re-run the main script's top level, so the patch
@@ -73,6 +78,7 @@ def patch_mmcv(ops: Optional[str] = None) -> None:
     mode = resolve_mode(ops)
     mmcv = _import_mmcv1()
     restore_numpy_aliases()
+    mend_opencv_scalars()
     supply_mmcv_ops(mode)
     enable_cpu_dist()
     current = sys.modules.get(PACKAGE)
