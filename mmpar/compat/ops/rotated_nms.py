@@ -4,7 +4,7 @@ The two of mmcv 1.7.2's ``mmcv.ops.nms``; :mod:`mmpar.compat.ops.nms` re-exports
 them, and this module is not an mmcv module. The result is mmcv's greedy one: boxes
 are visited by descending score, in the order of ``torch.sort(scores,
 descending=True)`` (mmcv's call, an unstable sort: equal scores come in that call's
-order, as in mmcv), and a box is dropped when its IoU with a kept box
+order, as in mmcv) but for NaN scores, and a box is dropped when its IoU with a kept box
 (:func:`~mmpar.compat.ops.box_iou_rotated.box_iou_rotated`,
 :func:`~mmpar.compat.ops.box_iou_quadri.box_iou_quadri`) is ``>= iou_threshold``
 on the CPU (mmcv's CPU kernels) or ``> iou_threshold`` elsewhere (mmcv's CUDA
@@ -22,7 +22,10 @@ It is computed without a loop over boxes:
    boxes are all decided is kept if none of them is kept, else dropped. The
    rounds are bounded by the longest chain of overlaps, not by the box count.
 
-Differences from mmcv-full: no boxes give ``(dets (0, 6 or 9), keep (0,))`` where
+Differences from mmcv-full: a NaN score comes after every other score (``-inf``
+included), so a box of NaN score never suppresses another box, and comes last among the
+kept ones (mmcv's sort puts NaN first, and a NaN-scored box suppresses its finite
+neighbours). No boxes give ``(dets (0, 6 or 9), keep (0,))`` where
 mmcv gives ``(dets, None)``; float16/bfloat16 are computed in float32, float64 in
 float64 (mmcv's CPU kernels take float32 and float64).
 """
@@ -38,6 +41,7 @@ from mmpar.compat.ops.backend import float_compute_dtype
 from mmpar.compat.ops.box_iou_quadri import box_iou_quadri
 from mmpar.compat.ops.box_iou_rotated import box_iou_rotated
 from mmpar.compat.ops.quadri import quadri_area, quadri_reach
+from mmpar.compat.ops.soft_nms_kernel import ranking
 
 __all__ = ["nms_quadri", "nms_rotated"]
 
@@ -183,7 +187,7 @@ def _greedy_keep(
     """
     if dets.shape[0] == 0:
         return torch.empty(0, dtype=torch.long, device=dets.device)
-    order = torch.sort(scores, 0, descending=True).indices
+    order = _score_order(scores)
     boxes = dets.to(float_compute_dtype(dets.dtype)).index_select(0, order)
     # mmcv's kernels take the threshold as a C++ float.
     threshold = float(torch.tensor(float(iou_threshold), dtype=torch.float32))
@@ -198,6 +202,18 @@ def _greedy_keep(
         return order[_every_pair_may_drop(n, drops, order.device)]
     first, second = _candidate_pairs(extents(boxes), threshold)
     return order[_greedy_rounds(n, first, second, drops)]
+
+
+def _score_order(scores: Tensor) -> Tensor:
+    """``(N,)`` indices by descending score: mmcv's ``torch.sort`` call, NaN scores last.
+
+    NaN ranks as ``-inf`` in mmcv's sort (:func:`~mmpar.compat.ops.soft_nms_kernel.ranking`),
+    then a stable sort moves it behind every other score, ``-inf`` included; on the device,
+    without a sync.
+    """
+    order = torch.sort(ranking(scores), 0, descending=True).indices
+    is_nan = torch.isnan(scores.index_select(0, order)).to(torch.uint8)
+    return order.index_select(0, torch.sort(is_nan, stable=True).indices)
 
 
 def _every_pair_may_drop(

@@ -176,6 +176,25 @@ def test_dtypes(device: str, dtype: torch.dtype) -> None:
     assert len(set(keep.tolist()) ^ set(ref)) <= 2
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_nan_scores_rank_last(device: str) -> None:
+    nan, inf = float("nan"), float("inf")
+    square = [0.0, 0, 10, 0, 10, 10, 0, 10]
+    far = [50.0, 50, 54, 50, 54, 54, 50, 54]
+    boxes = torch.tensor([square, square, far], device=device)
+    for finite in (0.5, -inf):
+        scores = torch.tensor([nan, finite, nan], device=device)
+        dets, keep = nms_quadri(boxes, scores, 0.5)
+        assert keep.tolist() == [1, 2] and dets[0, 8].item() == finite
+    dets, keep = batched_nms(
+        boxes[:2],
+        torch.tensor([0.5, nan], device=device),
+        torch.tensor([0, 0], device=device),
+        dict(type="nms_quadri", iou_threshold=0.5),
+    )
+    assert keep.tolist() == [0] and dets[0, 8].item() == 0.5
+
+
 def test_gradient_flows_to_kept_boxes() -> None:
     dets, scores = random_dets(20, seed=15, ties=False)
     dets.requires_grad_()

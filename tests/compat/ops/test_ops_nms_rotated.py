@@ -220,6 +220,29 @@ def test_dtypes(device: str, dtype: torch.dtype) -> None:
         assert len(set(keep.tolist()) ^ set(ref)) <= 2
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_nan_scores_rank_last(device: str) -> None:
+    nan, inf = float("nan"), float("inf")
+    box = torch.tensor([[5.0, 5, 10, 10, 0]], device=device)
+    # A NaN-scored twin never suppresses the finite one, -inf included, nor comes first.
+    for finite in (0.5, -inf):
+        dets, keep = nms_rotated(box.repeat(2, 1), torch.tensor([nan, finite], device=device), 0.5)
+        assert keep.tolist() == [1] and dets[0, 5].item() == finite
+    boxes = torch.tensor(
+        [[5.0, 5, 10, 10, 0], [5, 5, 10, 10, 0], [40, 40, 4, 4, 0], [80, 80, 4, 4, 0]],
+        device=device,
+    )
+    _, keep = nms_rotated(boxes, torch.tensor([0.5, nan, nan, -inf], device=device), 0.5)
+    assert keep.tolist() == [0, 3, 2]
+    dets, keep = batched_nms(
+        boxes[:2],
+        torch.tensor([0.5, nan], device=device),
+        torch.tensor([0, 0], device=device),
+        dict(type="nms_rotated", iou_threshold=0.5),
+    )
+    assert keep.tolist() == [0] and dets[0, 5].item() == 0.5
+
+
 def test_gradient_flows_to_kept_boxes() -> None:
     dets, scores = random_dets(20, seed=15, ties=False)
     dets.requires_grad_()
