@@ -13,6 +13,14 @@ backward swaps the two set sizes; here every set size gives the nearest points a
 their gradient. Distances come in the inputs' dtype (float16/bfloat16 computed in
 float32), indices as int32 as in mmcv. A set with no points leaves the other's
 distances and indices 0, as mmcv's kernel does.
+
+Non-finite points: as in mmcv's kernel (its ``d < best``, from ``best = 1e10``), a NaN or
+infinite distance is never the nearest, so a point with a NaN or inf coordinate is no
+point's nearest while another point is at a finite distance; a point with no finite
+distance (a NaN or inf coordinate of its own, or at every point of the other set) gets
+mmcv's initial search values: distance ``1e10`` and index 0, with no gradient (mmcv's
+backward gives NaN to it and to that point 0). A finite distance above ``1e10`` is kept
+(mmcv's kernel gives ``1e10`` and index 0 there too).
 """
 
 from __future__ import annotations
@@ -28,6 +36,9 @@ __all__ = ["chamfer_distance"]
 
 # Elements of the largest (B, chunk, M) tensor of squared distances.
 _CHUNK_ELEMENTS = 1 << 22
+# mmcv's kernel starts its search from this distance and index 0 (a NaN distance never
+# wins its `d < best`): what a point gets when every distance from it is NaN.
+_NO_NEAREST = 1e10
 
 
 def _check_set(name: str, value: object) -> Tensor:
@@ -59,25 +70,35 @@ def _check(xyz1: object, xyz2: object) -> Tuple[Tensor, Tensor]:
 
 
 @torch.no_grad()
-def _nearest(src: Tensor, dst: Tensor) -> Tensor:
-    """``(B, N)`` long: for each point of ``src`` ``(B, N, 2)``, its nearest in ``dst``."""
+def _nearest(src: Tensor, dst: Tensor) -> Tuple[Tensor, Tensor]:
+    """For each point of ``src`` ``(B, N, 2)``, its nearest in ``dst``, only finite distances
+    taken: ``(B, N)`` long indices (0 where none), and ``(B, N)`` bool, whether one was found."""
     b, n, m = src.shape[0], src.shape[1], dst.shape[1]
     idx = torch.zeros((b, n), dtype=torch.long, device=src.device)
+    found = torch.zeros((b, n), dtype=torch.bool, device=src.device)
     if m == 0:
-        return idx
+        return idx, found
     step = max(1, _CHUNK_ELEMENTS // max(1, b * m))
     for start in range(0, n, step):
         diff = src[:, start : start + step, None, :] - dst[:, None, :, :]
-        idx[:, start : start + step] = diff.square().sum(-1).argmin(-1)
-    return idx
+        dist = diff.square().sum(-1)
+        off = ~torch.isfinite(dist)
+        # argmin takes the first NaN as the least; as +inf it never wins over a number.
+        idx[:, start : start + step] = dist.masked_fill(off, float("inf")).argmin(-1)
+        found[:, start : start + step] = ~off.all(-1)
+    return idx, found
 
 
-def _distance(src: Tensor, dst: Tensor, idx: Tensor) -> Tensor:
-    """``(B, N)`` squared distance from each point of ``src`` to ``dst[idx]``."""
+def _distance(src: Tensor, dst: Tensor, idx: Tensor, found: Tensor) -> Tensor:
+    """``(B, N)`` squared distance from each point of ``src`` to ``dst[idx]``; where no
+    nearest point was ``found``, mmcv's initial distance, 1e10 (no gradient)."""
     if dst.shape[1] == 0:
         return (src * 0).sum(-1)  # 0, and still a function of src for autograd
     nearest = dst.gather(1, idx[..., None].expand(-1, -1, 2))
-    return (src - nearest).square().sum(-1)
+    # Zeroed before squaring, so that no NaN gradient reaches dst[idx] from such a point.
+    diff = torch.where(found[..., None], src - nearest, torch.zeros_like(src))
+    dist = diff.square().sum(-1)
+    return torch.where(found, dist, torch.full_like(dist, _NO_NEAREST))
 
 
 def chamfer_distance(xyz1: Tensor, xyz2: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -100,8 +121,8 @@ def chamfer_distance(xyz1: Tensor, xyz2: Tensor) -> Tuple[Tensor, Tensor, Tensor
     xyz1, xyz2 = _check(xyz1, xyz2)
     dtype = float_compute_dtype(xyz1.dtype)
     p, q = xyz1.to(dtype), xyz2.to(dtype)
-    idx1, idx2 = _nearest(p, q), _nearest(q, p)
-    dist1, dist2 = _distance(p, q, idx1), _distance(q, p, idx2)
+    (idx1, found1), (idx2, found2) = _nearest(p, q), _nearest(q, p)
+    dist1, dist2 = _distance(p, q, idx1, found1), _distance(q, p, idx2, found2)
     return (
         dist1.to(xyz1.dtype),
         dist2.to(xyz1.dtype),

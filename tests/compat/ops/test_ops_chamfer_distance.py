@@ -120,6 +120,25 @@ def test_ties_take_the_first_index() -> None:
     assert idx1.tolist() == [[3]] and idx2.tolist() == [[0] * 5]
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_points_are_never_nearest(device: str, bad: float) -> None:
+    # mmcv's kernel: a NaN (or inf) distance never wins `d < best`, best starting at 1e10
+    # with index 0.
+    p = torch.tensor([[[bad, 1.0], [0.0, 0.0]]], device=device, requires_grad=True)
+    q = torch.tensor([[[1.0, 0.0], [2.0, 2.0]]], device=device, requires_grad=True)
+    dist1, dist2, idx1, idx2 = chamfer_distance(p, q)
+    assert dist2.tolist() == [[1.0, 8.0]] and idx2.tolist() == [[1, 1]]
+    assert dist1.tolist() == [[1e10, 1.0]] and idx1.tolist() == [[0, 0]]
+    (dist1.sum() + dist2.sum()).backward()
+    # Only the finite pairs: p1 is nearest to both q, and q0 nearest to p1.
+    assert p.grad.tolist() == [[[0.0, 0.0], [-2.0 - 2 - 4, -4.0]]]
+    assert q.grad.tolist() == [[[2.0 + 2, 0.0], [4.0, 4.0]]]
+    # Every point of the other set non-finite: mmcv's initial values.
+    dist1, _, idx1, _ = chamfer_distance(q[:, :1].detach(), p[:, :1].detach())
+    assert dist1.tolist() == [[1e10]] and idx1.tolist() == [[0]]
+
+
 def test_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     p, q = random_sets(2, 9, 7)
     full = chamfer_distance(p, q)
