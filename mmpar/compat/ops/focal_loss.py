@@ -15,7 +15,19 @@ closed forms of mmcv's backward kernels).
   the loud answer a device computes without stopping for a host-side check.
 * ``target`` must be an integer tensor, not ``bool`` (whose True would read as
   class 1). ``gamma`` must be finite and ``>= 0``, ``alpha`` in ``[0, 1]``.
-* A NaN or inf logit gives a NaN loss where it is read, as in mmcv.
+* Non-finite logits give mmcv-full's result, forward and backward (its kernels clamp
+  ``log(p)`` at ``log(FLT_MIN)``, ``L = -log(FLT_MIN) = 87.3365...``; ``w`` is the
+  row's ``weight[target]``, 1 without one):
+
+  - sigmoid: an element whose own label has probability 0 (a ``-inf`` logit of a
+    positive, ``+inf`` of a negative) costs ``alpha * L * w`` (positive, about 21.8
+    with ``alpha = 0.25``) or ``(1 - alpha) * L * w`` (negative, about 65.5), with the
+    gradient ``-alpha * w`` (resp. ``(1 - alpha) * w``); the other infinite cases cost
+    0, gradient 0. A NaN logit gives that element a NaN loss and gradient.
+  - softmax: a ``-inf`` logit at the target, in a row whose largest logit is finite,
+    costs ``alpha * L * w``, with the gradient ``alpha * w * (softmax(x) - onehot)``; a
+    ``-inf`` elsewhere is a probability of 0. A row with a NaN or a ``+inf``, or of
+    all ``-inf``, gives a NaN loss (mmcv's ``x - max(x)`` is NaN there).
 * ``reduction='mean'`` divides the sum by ``N``, the number of rows (not by
   ``N * C``); ``'none'`` gives ``(N, C)`` for the sigmoid loss and ``(N,)`` for
   the softmax loss.
@@ -24,7 +36,7 @@ float16 / bfloat16 inputs are computed in float32 and returned in their dtype.
 Where mmcv's kernels clamp ``log(p)`` at ``log(FLT_MIN)`` (probabilities that
 round to 0 or 1 in the input's precision: float32 logits beyond about -87 for
 the true class, or above about 17 for a sigmoid negative), these losses give the
-exact value instead.
+exact value instead (the clamp applies to infinite logits only).
 """
 
 from __future__ import annotations
@@ -49,6 +61,26 @@ __all__ = [
 ]
 
 _REDUCTIONS = ("none", "mean", "sum")
+# -log(FLT_MIN): mmcv's kernels clamp log(p) at log(FLT_MIN), the loss of p = 0.
+_LOG_CLAMP = -math.log(torch.finfo(torch.float32).tiny)
+
+
+class _GradientOnly(torch.autograd.Function):
+    """0 forward; ``slope`` times the incoming gradient to ``x`` backward.
+
+    Gives a term the gradient mmcv's kernel has at an infinite logit, where a
+    differentiable expression of ``x`` would be infinite or NaN.
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor, slope: Tensor) -> Tensor:  # type: ignore[override]
+        ctx.save_for_backward(slope)
+        return torch.zeros_like(x)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
+        (slope,) = ctx.saved_tensors
+        return grad * slope, None
 
 
 def _check_args(
@@ -170,11 +202,17 @@ def sigmoid_focal_loss(
     # With z = x for positives and -x for negatives, sigmoid(z) is the probability of
     # the element's own label, and both cases become -a * (1 - pt)**gamma * log(pt).
     z = torch.where(positive, x, -x)
-    log_pt = F.logsigmoid(z)
+    # An infinite z is mmcv's p = 0 (z = -inf: its clamped log) or p = 1 (+inf: 0).
+    low, high = z == -math.inf, z == math.inf
+    z_finite = torch.where(low | high, torch.zeros_like(z), z)
+    log_pt = F.logsigmoid(z_finite)
     # (1 - pt)**gamma as exp(gamma * log(1 - pt)): finite gradients for gamma < 1 too.
-    modulator = torch.exp(float(gamma) * F.logsigmoid(-z))
+    modulator = torch.exp(float(gamma) * F.logsigmoid(-z_finite))
     balance = torch.where(positive, float(alpha), 1.0 - float(alpha)).to(x.dtype)
     loss = -balance * modulator * log_pt
+    clamped = torch.where(low, balance * _LOG_CLAMP, torch.zeros_like(loss))
+    loss = torch.where(low | high, clamped, loss)
+    loss = loss + _GradientOnly.apply(z, torch.where(low, -balance, torch.zeros_like(loss)))
     if weight is not None and num_classes:
         loss = loss * _class_weight(loss, weight, target).unsqueeze(1)
     return _reduce(loss, reduction, input.size(0)).to(input.dtype)
@@ -223,12 +261,19 @@ def softmax_focal_loss(
     valid = target >= 0
     index = target.clamp(0, num_classes - 1)
     log_pt = F.log_softmax(x, dim=1).gather(1, index.unsqueeze(1)).squeeze(1)
-    one_minus_pt = -torch.expm1(log_pt)
+    # A -inf logit at the target (the row's max finite) is mmcv's p = 0: its clamped log.
+    low = log_pt == -math.inf
+    log_finite = torch.where(low, torch.zeros_like(log_pt), log_pt)
+    one_minus_pt = -torch.expm1(log_finite)
     # pow's gradient at 0 is infinite for gamma < 1; the loss's is 0 there (pt = 1).
     nonzero = one_minus_pt > 0
     safe = torch.where(nonzero, one_minus_pt, torch.ones_like(one_minus_pt))
     modulator = torch.where(nonzero, safe.pow(float(gamma)), torch.zeros_like(safe))
-    loss = -alpha * modulator * log_pt
+    loss = -alpha * modulator * log_finite
+    loss = torch.where(low, torch.full_like(loss, alpha * _LOG_CLAMP), loss)
+    # log_pt's own gradient is finite there: mmcv's alpha * (softmax - onehot).
+    slope = torch.where(low, torch.full_like(loss, -alpha), torch.zeros_like(loss))
+    loss = loss + _GradientOnly.apply(log_pt, slope)
     if weight is not None:
         loss = loss * weight.to(device=x.device, dtype=x.dtype)[index]
     # A target >= C has no probability (mmcv's kernel reads another row's): NaN,

@@ -24,8 +24,17 @@ def _sigmoid(v: float) -> float:
     return 1.0 / (1.0 + math.exp(-v))
 
 
-def ref_sigmoid(x, target, gamma, alpha, weight=None):
-    """Element loss and closed-form gradient (mmcv's forward / backward kernels), as lists."""
+# mmcv's kernels clamp log(p) at log(FLT_MIN).
+FLT_MIN = 1.1754943508222875e-38
+
+
+def _log(p: float, clamp: bool) -> float:
+    return math.log(max(p, FLT_MIN)) if clamp and not math.isnan(p) else math.log(p)
+
+
+def ref_sigmoid(x, target, gamma, alpha, weight=None, clamp=False):
+    """Element loss and closed-form gradient (mmcv's forward / backward kernels), as lists;
+    ``clamp``: their log(max(p, FLT_MIN))."""
     n_rows, n_cls = x.shape
     loss = [[0.0] * n_cls for _ in range(n_rows)]
     grad = [[0.0] * n_cls for _ in range(n_rows)]
@@ -34,17 +43,17 @@ def ref_sigmoid(x, target, gamma, alpha, weight=None):
         for c in range(n_cls):
             p = _sigmoid(float(x[n, c]))
             if t == c:
-                value = -alpha * (1 - p) ** gamma * math.log(p)
-                slope = -alpha * (1 - p) ** gamma * (1 - p - gamma * p * math.log(p))
+                value = -alpha * (1 - p) ** gamma * _log(p, clamp)
+                slope = -alpha * (1 - p) ** gamma * (1 - p - gamma * p * _log(p, clamp))
             else:
-                value = -(1 - alpha) * p**gamma * math.log(1 - p)
-                slope = -(1 - alpha) * p**gamma * (gamma * (1 - p) * math.log(1 - p) - p)
+                value = -(1 - alpha) * p**gamma * _log(1 - p, clamp)
+                slope = -(1 - alpha) * p**gamma * (gamma * (1 - p) * _log(1 - p, clamp) - p)
             w = float(weight[t]) if weight is not None else 1.0
             loss[n][c], grad[n][c] = value * w, slope * w
     return torch.tensor(loss, dtype=torch.float64), torch.tensor(grad, dtype=torch.float64)
 
 
-def ref_softmax(x, target, gamma, alpha, weight=None):
+def ref_softmax(x, target, gamma, alpha, weight=None, clamp=False):
     """Row loss and closed-form gradient (mmcv's forward / two backward kernels)."""
     n_rows, n_cls = x.shape
     loss = [0.0] * n_rows
@@ -59,8 +68,9 @@ def ref_softmax(x, target, gamma, alpha, weight=None):
         soft = [e / sum(exps) for e in exps]
         p = soft[t]
         w = float(weight[t]) if weight is not None else 1.0
-        loss[n] = -alpha * (1 - p) ** gamma * math.log(p) * w
-        buff = alpha * (-((1 - p) ** gamma) + gamma * (1 - p) ** (gamma - 1) * p * math.log(p))
+        log_p = _log(p, clamp)
+        loss[n] = -alpha * (1 - p) ** gamma * log_p * w
+        buff = alpha * (-((1 - p) ** gamma) + gamma * (1 - p) ** (gamma - 1) * p * log_p)
         for c in range(n_cls):
             grad[n][c] = buff * w * ((1.0 if c == t else 0.0) - soft[c])
     return torch.tensor(loss, dtype=torch.float64), torch.tensor(grad, dtype=torch.float64)
@@ -161,6 +171,24 @@ def test_sigmoid_extreme_logits_are_exact_and_finite():
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("gamma", [2.0, 0.5, 0.0])
+def test_sigmoid_infinite_logits_are_mmcvs_clamp(device, gamma):
+    inf, nan = math.inf, math.nan
+    x = torch.tensor([[-inf, inf, 1.0], [inf, -inf, nan]], dtype=torch.float64, device=device)
+    x.requires_grad_()
+    target = torch.tensor([0, 1], device=device)
+    weight = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64, device=device)
+    loss = sigmoid_focal_loss(x, target, gamma, 0.25, weight, "none")
+    ref_loss, ref_grad = ref_sigmoid(x.detach().cpu(), target, gamma, 0.25, weight, clamp=True)
+    torch.testing.assert_close(loss.detach().cpu(), ref_loss, equal_nan=True)
+    # finite: alpha * 87.3 (a positive at -inf) and (1 - alpha) * 87.3 (a negative at +inf)
+    assert round(loss[0, 0].item(), 1) == 21.8 and round(loss[1, 0].item() / 2, 1) == 65.5
+    (grad,) = torch.autograd.grad(loss.nansum(), x)
+    torch.testing.assert_close(grad.cpu(), ref_grad, equal_nan=True)
+    assert torch.isnan(grad[1, 2]) and torch.isfinite(grad.flatten()[:5]).all()
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", HALF_DTYPES)
 def test_sigmoid_half_precision(device, dtype):
     x32 = _inputs(n=8, c=5, device=device, dtype=torch.float32)
@@ -229,6 +257,27 @@ def test_softmax_gradcheck_and_saturation():
         softmax_focal_loss(far, torch.tensor([0]), 2.0, 0.25, None, "none"),
         torch.tensor([0.25 * 200.0]),
     )
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("gamma", [2.0, 0.0])
+def test_softmax_infinite_logits_are_mmcvs_clamp(device, gamma):
+    inf, nan = math.inf, math.nan
+    x = torch.tensor(
+        [[-inf, 0.0, 1.0], [-inf, -inf, 2.0], [inf, 0.0, 0.0], [nan, 0.0, 0.0], [-inf] * 3],
+        dtype=torch.float64,
+        device=device,
+        requires_grad=True,
+    )
+    target = torch.tensor([0, 1, 1, 1, 0], device=device)
+    weight = torch.tensor([2.0, 1.0, 3.0], dtype=torch.float64, device=device)
+    loss = softmax_focal_loss(x, target, gamma, 0.25, weight, "none")
+    ref_loss, ref_grad = ref_softmax(x.detach().cpu(), target, gamma, 0.25, weight, clamp=True)
+    torch.testing.assert_close(loss.detach().cpu(), ref_loss, equal_nan=True)
+    assert math.isfinite(loss[0].item()) and loss[2:].isnan().all()
+    (grad,) = torch.autograd.grad(loss.nansum(), x)
+    torch.testing.assert_close(grad[:2].cpu(), ref_grad[:2], equal_nan=True)
+    assert torch.isfinite(grad[:2]).all()
 
 
 @pytest.mark.parametrize("device", DEVICES)
