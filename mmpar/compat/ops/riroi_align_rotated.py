@@ -10,7 +10,9 @@ by its angle: with ``f = angle * O / (2 pi)`` (the angle before ``clockwise`` ne
 in mmcv's kernel, the mix jumps by two orientations where the angle crosses a step of
 ``2 pi / O``: just below step ``i`` it is nearly ``o - i + 2``, at it ``o - i``.)
 
-mmcv-full has this op on CUDA only; here it also runs on CPU. Its gradient is mmcv's.
+mmcv-full has this op on CUDA only; here it also runs on CPU. Its gradient is mmcv's. Off
+the CPU, a roi whose batch index is outside ``[0, N)`` or that holds NaN or inf gives
+zeros (on the CPU it is refused), as in :mod:`roi_align_rotated`.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from mmpar.compat.ops.backend import float_compute_dtype
 from mmpar.compat.ops.roi_align import Size, size_pair
 from mmpar.compat.ops.roi_align_rotated import check_rotated_rois, rotated_roi_average
 
-__all__ = ["RiRoIAlignRotated", "riroi_align_rotated"]
+__all__ = ["RiRoIAlignRotated", "riroi_align_rotated", "rotation_invariant_pool"]
 
 
 def _check_orientations(op: str, num_orientations: Any, channels: int) -> int:
@@ -69,27 +71,44 @@ def riroi_align_rotated(
         TypeError: ``features``, ``rois``, ``out_size`` or ``num_orientations`` of a wrong
             type.
         ValueError: A wrong shape or device, ``num_orientations`` not dividing the channels;
-            on CPU, a batch index out of range or a non-finite roi.
+            on CPU, a batch index out of range or a non-finite roi (elsewhere such a roi
+            gives zeros: :func:`rotation_invariant_pool`).
     """
     size = size_pair("riroi_align_rotated", out_size, "out_size")
     check_rotated_rois("riroi_align_rotated", features, rois, aligned=False)
     orients = _check_orientations("riroi_align_rotated", num_orientations, features.shape[1])
+    return rotation_invariant_pool(
+        features, rois, size, float(spatial_scale), int(num_samples), orients, bool(clockwise)
+    )
+
+
+def rotation_invariant_pool(
+    features: Tensor,
+    rois: Tensor,
+    size: tuple[int, int],
+    spatial_scale: float,
+    num_samples: int,
+    orients: int,
+    clockwise: bool,
+) -> Tensor:
+    """:func:`riroi_align_rotated` on checked arguments, the rois' values unchecked: a roi
+    whose batch index is outside ``[0, N)`` or that holds NaN or inf gives zeros (as
+    :func:`~mmpar.compat.ops.roi_align_rotated.rotated_roi_average`), on every device.
+
+    Returns:
+        ``(K, C * O, PH, PW)`` in ``features``' dtype.
+    """
     dtype = float_compute_dtype(features.dtype)
     boxes = rois.detach().to(dtype)
     pooled = rotated_roi_average(
-        features.to(dtype),
-        boxes,
-        size,
-        float(spatial_scale),
-        int(num_samples),
-        False,
-        bool(clockwise),
+        features.to(dtype), boxes, size, spatial_scale, num_samples, False, clockwise
     )
     k, channels, ph, pw = pooled.shape
     pooled = pooled.view(k, channels // orients, orients, ph, pw)
     turn = boxes[:, 5] * orients / (2 * math.pi)
     first = torch.floor(turn)
-    frac = (turn - first)[:, None, None, None, None]
+    # An infinite or NaN angle (a roi pooled to zeros) mixes with weight 0, not NaN.
+    frac = (turn - first).nan_to_num(0.0, 0.0, 0.0)[:, None, None, None, None]
     shift = first.nan_to_num(0.0, 0.0, 0.0).long()  # NaN angles (CUDA) never index
     source = (torch.arange(orients, device=boxes.device) - shift[:, None]).remainder(orients)
     index = source[:, None, :, None, None].expand_as(pooled)

@@ -8,7 +8,9 @@ is positive, else ``ceil(h / PH)`` per roi (likewise ``gw``); a roi with an empt
 A sample at ``(yy, xx)`` from the roi's centre is read at ``y = yy cos t - xx sin t + cy``,
 ``x = yy sin t + xx cos t + cx``, ``t = angle`` (``-angle`` when ``clockwise``), with
 RoIAlign's bilinear rule: a sample more than one pixel off the map reads 0, any other is
-clamped onto it.
+clamped onto it. Off the CPU, where checking the rois' values would sync the device, a
+roi whose batch index is outside ``[0, N)`` or that holds NaN or inf pools zeros (on the
+CPU it is refused), as the other RoI ops do (:mod:`mmpar.compat.ops.roi_inputs`).
 
 The reads are weighted sums of rows of a ``(N * H * W, C)`` pixel table, done by
 ``embedding_bag`` without materialising a value per sample and channel; its gradient is
@@ -156,10 +158,14 @@ def rotated_roi_average(
 ) -> Tensor:
     """The bins of rotated rois, each the average of its grid of samples (module docstring).
 
+    The values in ``rois`` are not checked (no device sync): a roi whose batch index is
+    outside ``[0, N)`` (truncated, as mmcv's kernels read it) or that holds NaN or inf
+    pools zeros, on every device (the ops check them on the CPU).
+
     Args:
         feat: ``(N, C, H, W)``, float32 or float64 (the compute dtype).
-        rois: ``(K, 6)``, ``batch_idx, cx, cy, w, h, angle``, checked, in ``feat``'s dtype;
-            no gradient flows to them.
+        rois: ``(K, 6)``, ``batch_idx, cx, cy, w, h, angle``, of checked shape and device,
+            in ``feat``'s dtype; no gradient flows to them.
         out_size: ``(PH, PW)``.
         spatial_scale: Factor from roi to ``feat`` coordinates.
         sampling_ratio: Samples per bin along each axis; ``<= 0``: adaptive.
@@ -169,7 +175,7 @@ def rotated_roi_average(
     Returns:
         ``(K, C, PH, PW)`` in ``feat``'s dtype, differentiable in ``feat``.
     """
-    _, c, h, w = feat.shape
+    n, c, h, w = feat.shape
     ph, pw = out_size
     scale = [1.0] + [spatial_scale] * 4 + [-1.0 if clockwise else 1.0]
     boxes = rois.detach() * rois.new_tensor(scale)
@@ -177,6 +183,11 @@ def rotated_roi_average(
         boxes[:, 1:3] -= 0.5
     else:
         boxes[:, 3:5] = boxes[:, 3:5].clamp(min=1.0)
+    # A roi no kernel can place (a batch index outside [0, N) as mmcv's int cast reads it,
+    # NaN or inf) pools zeros: a point roi 4 pixels off the map, chosen on the device.
+    batch = boxes[:, 0]
+    bad = ~torch.isfinite(boxes).all(1) | (batch <= -1) | (batch >= n)
+    boxes = torch.where(bad[:, None], boxes.new_tensor([0.0, -4.0, -4.0, 0.0, 0.0, 0.0]), boxes)
     if sampling_ratio > 0:
         grid_h = torch.full((rois.shape[0],), sampling_ratio, dtype=torch.long, device=rois.device)
         grid_w = grid_h
@@ -238,7 +249,9 @@ def roi_align_rotated(
     Raises:
         TypeError: ``input``, ``rois`` or ``output_size`` of a wrong type.
         ValueError: A wrong shape or device; on CPU, a batch index out of range, a
-            non-finite roi, or a negative size with ``aligned``.
+            non-finite roi, or a negative size with ``aligned`` (on other devices, where
+            a check would sync, a roi of a batch index out of range or NaN or inf pools
+            zeros: :func:`rotated_roi_average`).
     """
     out_size = size_pair("roi_align_rotated", output_size)
     check_rotated_rois("roi_align_rotated", input, rois, bool(aligned))

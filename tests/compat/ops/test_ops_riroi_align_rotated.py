@@ -8,7 +8,11 @@ import math
 import pytest
 import torch
 
-from mmpar.compat.ops.riroi_align_rotated import RiRoIAlignRotated, riroi_align_rotated
+from mmpar.compat.ops.riroi_align_rotated import (
+    RiRoIAlignRotated,
+    riroi_align_rotated,
+    rotation_invariant_pool,
+)
 from tests.compat.ops._reference import DEVICES, HALF_DTYPES, roi_align_read, rotated_roi_samples
 
 # Angles of every sign and size: past 2 pi, below -2 pi, on an orientation step (pi / 2).
@@ -147,6 +151,28 @@ def test_empty_rois(device):
     assert out.shape == (0, 8, 3, 3)
     out.sum().backward()
     assert x.grad is not None and not x.grad.any()
+
+
+@pytest.mark.parametrize("num_samples", [0, 2])
+def test_bad_rois_give_zeros_off_the_cpu(num_samples):
+    """The path of devices other than the CPU (no value check, which would sync): a roi
+    of a batch index outside [0, N) or with NaN or inf gives zeros, not NaN."""
+    x = torch.rand(2, 8, 6, 6, dtype=torch.float64) + 1
+    x.requires_grad_()
+    good = [1.0, 3.0, 3.0, 4.0, 2.0, 0.3]
+    bad = [
+        [2.0, 3.0, 3.0, 4.0, 2.0, 0.3],
+        [-1.0, 3.0, 3.0, 4.0, 2.0, 0.3],
+        [0.0, math.inf, 3.0, 4.0, 2.0, 0.3],
+        [0.0, 3.0, 3.0, 4.0, 2.0, math.nan],
+        [0.0, 3.0, 3.0, 4.0, 2.0, math.inf],
+    ]
+    rois = torch.tensor([good, *bad], dtype=torch.float64)
+    out = rotation_invariant_pool(x, rois, (2, 2), 1.0, num_samples, 8, False)
+    assert torch.equal(out[1:], torch.zeros_like(out[1:]))
+    torch.testing.assert_close(out[:1], riroi_align_rotated(x, rois[:1], 2, 1.0, num_samples))
+    (grad,) = torch.autograd.grad(out[1:].sum(), x)
+    assert not grad.any()
 
 
 @pytest.mark.parametrize("device", DEVICES)

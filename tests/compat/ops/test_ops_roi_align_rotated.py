@@ -10,7 +10,11 @@ import warnings
 import pytest
 import torch
 
-from mmpar.compat.ops.roi_align_rotated import RoIAlignRotated, roi_align_rotated
+from mmpar.compat.ops.roi_align_rotated import (
+    RoIAlignRotated,
+    roi_align_rotated,
+    rotated_roi_average,
+)
 from tests.compat.ops._reference import DEVICES, HALF_DTYPES, roi_align_read, rotated_roi_samples
 
 rar_module = importlib.import_module("mmpar.compat.ops.roi_align_rotated")
@@ -159,6 +163,32 @@ def test_degenerate_rois():
     unit = rois.double().clone()
     unit[:, 3:5] = unit[:, 3:5].clamp(min=1.0)
     torch.testing.assert_close(legacy, roi_align_rotated(x, unit, 2, 1.0, 0, False))
+
+
+@pytest.mark.parametrize("aligned", [True, False])
+@pytest.mark.parametrize("sampling_ratio", [0, 2])
+def test_bad_rois_pool_zeros_off_the_cpu(aligned, sampling_ratio):
+    """The path of devices other than the CPU (no value check, which would sync): a roi
+    of a batch index outside [0, N) or with NaN or inf pools zeros, with no gradient; the
+    others are pooled as ever."""
+    x = torch.rand(2, 3, 6, 6, dtype=torch.float64) + 1
+    x.requires_grad_()
+    good = [0.0, 3.0, 3.0, 4.0, 2.0, 0.3]
+    bad = [
+        [2.0, 3.0, 3.0, 4.0, 2.0, 0.3],  # read image 0 (table rows wrapped)
+        [-1.0, 3.0, 3.0, 4.0, 2.0, 0.3],
+        [math.nan, 3.0, 3.0, 4.0, 2.0, 0.3],
+        [1.0, math.nan, 3.0, 4.0, 2.0, 0.3],
+        [1.0, 3.0, 3.0, math.inf, 2.0, 0.3],
+        [1.0, 3.0, 3.0, 4.0, 2.0, -math.inf],
+    ]
+    rois = torch.tensor([good, *bad, [1.9, *good[1:]]], dtype=torch.float64)
+    out = rotated_roi_average(x, rois, (2, 3), 1.0, sampling_ratio, aligned, False)
+    assert torch.equal(out[1:-1], torch.zeros_like(out[1:-1]))
+    checked = roi_align_rotated(x, rois[[0, -1]], (2, 3), 1.0, sampling_ratio, aligned)
+    torch.testing.assert_close(out[[0, -1]], checked, rtol=0, atol=0)
+    (grad,) = torch.autograd.grad(out[1:-1].sum(), x)
+    assert not grad.any()
 
 
 @pytest.mark.parametrize("device", DEVICES)
