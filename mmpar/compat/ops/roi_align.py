@@ -43,11 +43,7 @@ from mmpar.compat.ops.roi_inputs import (
 )
 from mmpar.compat.ops.roi_sample_max import max_of_samples
 from mmpar.compat.ops.roi_sample_pool import average_of_samples
-from mmpar.compat.ops.roi_sampling import (  # noqa: F401 (bilinear_taps: roi_align_rotated's)
-    bilinear_taps,
-    roi_grids,
-    size_groups,
-)
+from mmpar.compat.ops.roi_sampling import roi_grids, size_groups
 
 __all__ = ["RoIAlign", "roi_align"]
 

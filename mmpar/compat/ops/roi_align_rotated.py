@@ -15,7 +15,11 @@ CPU it is refused), as the other RoI ops do (:mod:`mmpar.compat.ops.roi_inputs`)
 The reads are weighted sums of rows of a ``(N * H * W, C)`` pixel table, done by
 ``embedding_bag`` without materialising a value per sample and channel; its gradient is
 mmcv's (each sample's weight times the bin's gradient, to the sample's four pixels). rois
-are read in chunks of bounded size, a single huge roi in blocks of its samples.
+are read in chunks of bounded size, a large roi in blocks of its samples. An adaptive grid
+of more than ``2**20`` samples (a roi of some 10^6 pixels) is read only where its samples
+can land within a pixel of the map (:func:`~mmpar.compat.ops.rotated_grid.window_average`):
+the others read 0, so the average is the same, and time and memory are bounded by the
+map's size, not the roi's (mmcv's kernels loop over the whole grid).
 """
 
 from __future__ import annotations
@@ -23,11 +27,17 @@ from __future__ import annotations
 from typing import Any, Union
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mmpar.compat.ops.backend import float_compute_dtype, renamed_kwargs
-from mmpar.compat.ops.roi_align import Size, bilinear_taps, check_roi_inputs, roi_chunks, size_pair
+from mmpar.compat.ops.roi_align import Size, check_roi_inputs, roi_chunks, size_pair
+from mmpar.compat.ops.rotated_grid import (
+    bilinear_entries,
+    pixel_table,
+    read_rows,
+    sample_offsets,
+    window_average,
+)
 
 __all__ = ["RoIAlignRotated", "roi_align_rotated"]
 
@@ -35,51 +45,8 @@ ROTATED_ROI_FIELDS = "batch_idx, cx, cy, w, h, angle"
 # Table entries (four taps per sample) read at once; rois are read in chunks under it.
 _CHUNK_ENTRIES = 1 << 22
 _INT_MAX = 2**31 - 1  # mmcv's sample counts are C ints
-
-
-def pixel_table(feat: Tensor) -> Tensor:
-    """``(N * H * W + 1, C)``: ``feat``'s pixels as rows, then a zero row, which samples off
-    the map read (so that they read 0 even next to an inf)."""
-    n, c, h, w = feat.shape
-    rows = feat.permute(0, 2, 3, 1).reshape(n * h * w, c)
-    return torch.cat([rows, rows.new_zeros(1, c)])
-
-
-def bilinear_entries(
-    y: Tensor, x: Tensor, image: Tensor, height: int, width: int
-) -> tuple[Tensor, Tensor]:
-    """RoIAlign's bilinear read of points as rows of :func:`pixel_table` and their weights.
-
-    Args:
-        y: Row coordinates, any shape.
-        x: Column coordinates, the same shape.
-        image: Long, each point's batch index (broadcast against ``y``).
-        height: The map's ``H``.
-        width: The map's ``W``.
-
-    Returns:
-        ``(rows, weights)``, each ``y.shape + (4,)``; a point more than one pixel off the
-        map gives the table's zero row (its last) with weight 0.
-    """
-    inside = (y >= -1.0) & (y <= height) & (x >= -1.0) & (x <= width)
-    y_lo, y_hi, wy_lo, wy_hi = bilinear_taps(y, height)
-    x_lo, x_hi, wx_lo, wx_hi = bilinear_taps(x, width)
-    base = image * height
-    rows = torch.stack(
-        [(base + y_lo) * width + x_lo, (base + y_lo) * width + x_hi,
-         (base + y_hi) * width + x_lo, (base + y_hi) * width + x_hi],
-        dim=-1,
-    )  # fmt: skip
-    weights = torch.stack([wy_lo * wx_lo, wy_lo * wx_hi, wy_hi * wx_lo, wy_hi * wx_hi], dim=-1)
-    return torch.where(inside[..., None], rows, -1), weights * inside[..., None]
-
-
-def read_rows(table: Tensor, rows: Tensor, weights: Tensor) -> Tensor:
-    """``(B, C)``: per bag, the sum of ``table`` rows times weights (``rows``, ``weights``:
-    ``(B, L)``; a row of -1 is the table's last)."""
-    return F.embedding_bag(
-        rows.remainder(table.shape[0]), table, per_sample_weights=weights, mode="sum"
-    )
+# Samples of one roi above which an adaptive grid is read by windows near the map.
+_DENSE_SAMPLES = 1 << 20
 
 
 def _zero_bins(table: Tensor, rois: int, bins: int) -> Tensor:
@@ -97,11 +64,10 @@ def _blocks(top: int, size: int) -> list[tuple[int, int]]:
 def _offsets(size: Tensor, bins: int, cells: Tensor, start: int, end: int) -> Tensor:
     """``(k, bins, end - start)``: along one axis of each roi (``size``, ``(k,)``), how far
     samples ``start..end`` of each bin lie from the centre, with ``cells`` samples a bin."""
-    step = (size / bins)[:, None, None]
     bin_idx = torch.arange(bins, device=size.device, dtype=size.dtype)[None, :, None]
     sub = torch.arange(start, end, device=size.device, dtype=size.dtype)[None, None] + 0.5
     cells = cells.clamp(min=1).to(size.dtype)[:, None, None]
-    return -size[:, None, None] / 2 + bin_idx * step + sub * step / cells
+    return sample_offsets(size[:, None, None], bins, bin_idx, sub, cells)
 
 
 def _chunk_pool(
@@ -200,8 +166,18 @@ def rotated_roi_average(
     if rois.shape[0] == 0:
         return _zero_bins(table, 0, ph * pw).view(0, ph, pw, c).permute(0, 3, 1, 2)
     pieces, order = [], []
+    dense = torch.arange(rois.shape[0], device=rois.device)
+    if sampling_ratio <= 0:  # the adaptive grids are on the host below anyway (roi_chunks)
+        large = grid_h.double() * grid_w.double() * (ph * pw) > _DENSE_SAMPLES
+        huge = torch.nonzero(large).flatten()
+        if huge.numel():
+            grid = (grid_h[huge], grid_w[huge])
+            pieces.append(window_average(table, boxes[huge], grid, out_size, (h, w)))
+            order.append(huge)
+            dense = torch.nonzero(~large).flatten()
     # roi_chunks' budget (1 << 24 elements) at 4 a table entry: _CHUNK_ENTRIES entries.
-    for idx, top_h, top_w in roi_chunks(grid_h, grid_w, ph * pw * 4 * 4):
+    for idx, top_h, top_w in roi_chunks(grid_h[dense], grid_w[dense], ph * pw * 4 * 4):
+        idx = dense[idx]
         if top_h == 0 or top_w == 0:
             pieces.append(_zero_bins(table, idx.numel(), ph * pw))
         else:

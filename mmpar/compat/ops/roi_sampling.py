@@ -42,6 +42,7 @@ __all__ = [
     "size_groups",
     "sample_taps",
     "window_chunks",
+    "window_samples",
 ]
 
 # The adaptive grid is clamped to mmcv's int range (a box of 1e30 pixels has no meaning).
@@ -284,6 +285,21 @@ def listed_samples(
         ``(chunk bins,)`` where each bin's taps start in ``taps.index.flatten()`` (the
         ``offsets`` of :func:`~torch.nn.functional.embedding_bag`), and the taps.
     """
+    sample_bin, starts, iy, ix = window_samples(windows, chunk)
+    taps = sample_taps(bins, sample_bin + chunk[0], iy, ix, height, width, pad)
+    return sample_bin, starts * 4, taps
+
+
+def window_samples(
+    windows: tuple[Tensor, Tensor, Tensor, Tensor], chunk: tuple[int, int, int, int]
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The grid indices of one chunk of :func:`window_chunks`, bin by bin, rows first.
+
+    Returns:
+        ``(sample_bin, starts, iy, ix)``: ``(S,)`` each sample's bin within the chunk,
+        ``(chunk bins,)`` where each bin's samples start, and ``(S,)`` long, each sample's
+        row and column in its bin's grid.
+    """
     first, end, skip, total = chunk
     y_first, y_count, x_first, x_count = (t[first:end] for t in windows)
     counts = y_count * x_count
@@ -298,8 +314,7 @@ def listed_samples(
     across = x_count[sample_bin].clamp(min=1)
     iy = y_first[sample_bin] + local // across
     ix = x_first[sample_bin] + local % across
-    taps = sample_taps(bins, sample_bin + first, iy, ix, height, width, pad)
-    return sample_bin, starts * 4, taps
+    return sample_bin, starts, iy, ix
 
 
 def size_groups(

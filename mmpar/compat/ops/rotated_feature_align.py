@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from mmpar.compat.ops.backend import check_float, float_compute_dtype
-from mmpar.compat.ops.roi_align_rotated import bilinear_entries, pixel_table, read_rows
+from mmpar.compat.ops.rotated_grid import bilinear_entries, pixel_table, read_rows
 
 __all__ = ["rotated_feature_align"]
 

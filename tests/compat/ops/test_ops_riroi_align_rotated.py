@@ -13,6 +13,7 @@ from mmpar.compat.ops.riroi_align_rotated import (
     riroi_align_rotated,
     rotation_invariant_pool,
 )
+from mmpar.compat.ops.roi_align_rotated import roi_align_rotated
 from tests.compat.ops._reference import DEVICES, HALF_DTYPES, roi_align_read, rotated_roi_samples
 
 # Angles of every sign and size: past 2 pi, below -2 pi, on an orientation step (pi / 2).
@@ -173,6 +174,17 @@ def test_bad_rois_give_zeros_off_the_cpu(num_samples):
     torch.testing.assert_close(out[:1], riroi_align_rotated(x, rois[:1], 2, 1.0, num_samples))
     (grad,) = torch.autograd.grad(out[1:].sum(), x)
     assert not grad.any()
+
+
+def test_huge_roi_is_bounded():
+    """riroi pools as roi_align_rotated (legacy mode), which reads a roi of 10^7 pixels a
+    side only near the map; one orientation channel: no turn."""
+    x = torch.rand(1, 2, 5, 6, dtype=torch.float64)
+    rois = torch.tensor([[0, -2.5e6, 4e6, 1e7, 1e7, 0.4]], dtype=torch.float64)
+    out = riroi_align_rotated(x, rois, 2, 1.0, 0, 1)
+    ref = roi_align_rotated(x, rois, 2, 1.0, 0, False)
+    assert ref.any()
+    torch.testing.assert_close(out, ref)
 
 
 @pytest.mark.parametrize("device", DEVICES)

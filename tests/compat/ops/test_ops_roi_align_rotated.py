@@ -126,6 +126,59 @@ def test_chunks_and_sample_blocks(monkeypatch):
     torch.testing.assert_close(grad_parts, grad_whole)
 
 
+@pytest.mark.parametrize("aligned, clockwise", [(True, False), (False, True)])
+def test_large_grids_read_near_the_map_only(monkeypatch, aligned, clockwise):
+    """An adaptive grid read by windows near the map gives the whole grid's average and
+    gradient (every roi forced onto that path here)."""
+    inp, _ = _case(seed=7)
+    rois = torch.tensor(
+        [
+            [0, 4.0, 3.0, 60.0, 50.0, 0.3],  # over the whole map
+            [1, -20.0, 10.0, 44.0, 70.0, -2.2],  # partly off it
+            [1, 300.0, 200.0, 50.0, 40.0, 1.0],  # far off
+            [0, 5.0, 4.0, 0.0, 7.0, 0.4],  # no samples when aligned
+        ],
+        dtype=torch.float64,
+    )
+    grad_out = torch.randn(4, 3, 2, 3, dtype=torch.float64)
+    x = inp.clone().requires_grad_()
+    whole = roi_align_rotated(x, rois, (2, 3), 0.5, 0, aligned, clockwise)
+    (grad_whole,) = torch.autograd.grad(whole, x, grad_out)
+    monkeypatch.setattr(rar_module, "_DENSE_SAMPLES", 16)
+    near = roi_align_rotated(x, rois, (2, 3), 0.5, 0, aligned, clockwise)
+    (grad_near,) = torch.autograd.grad(near, x, grad_out)
+    torch.testing.assert_close(near, whole)
+    torch.testing.assert_close(grad_near, grad_whole)
+
+
+def test_huge_roi_is_bounded():
+    """A roi 10^7 pixels a side (an adaptive grid of 2.5e13 samples a bin): its bins are
+    the average over the samples that land near the map, which a float64 reference reads
+    one by one (the rest read 0)."""
+    gen = torch.Generator().manual_seed(3)
+    inp = torch.rand(1, 2, 5, 6, generator=gen, dtype=torch.float64)
+    size, angle = 1e7, 0.4
+    cos, sin = math.cos(angle), math.sin(angle)
+    # Bin (0, 0) of 2 x 2 spans offsets [-5e6, 0) from the centre, one sample per unit:
+    # put the map's centre at offsets (-2.5e6 + 0.37, -2.5e6 + 0.21) in it.
+    yy0, xx0 = -2.5e6 + 0.37, -2.5e6 + 0.21
+    cy, cx = 2.5 - (yy0 * cos - xx0 * sin), 3.0 - (yy0 * sin + xx0 * cos)
+    rois = torch.tensor([[0, cx + 0.5, cy + 0.5, size, size, angle]], dtype=torch.float64)
+    out = roi_align_rotated(inp, rois, 2, 1.0)
+    cells = math.ceil(size / 2)
+    expected = torch.zeros(2)
+    for i in range(round(yy0 + 5e6) - 12, round(yy0 + 5e6) + 12):
+        for j in range(round(xx0 + 5e6) - 12, round(xx0 + 5e6) + 12):
+            yy = -size / 2 + (i + 0.5) * (size / 2) / cells
+            xx = -size / 2 + (j + 0.5) * (size / 2) / cells
+            y, x = yy * cos - xx * sin + cy, yy * sin + xx * cos + cx
+            for ch in range(2):
+                expected[ch] += roi_align_read(inp[0, ch].tolist(), y, x)[0] / cells**2
+    assert expected.min() > 0
+    torch.testing.assert_close(out[0, :, 0, 0], expected.double())
+    assert not out[0, :, 1].any() and not out[0, :, 0, 1].any()
+
+
 def test_gradcheck():
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(2, 2, 5, 6, dtype=torch.float64, generator=gen, requires_grad=True)
