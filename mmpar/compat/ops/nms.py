@@ -12,7 +12,8 @@
 * :func:`nms_match` groups boxes as mmcv's ``nms_match_cpu`` does.
 * :func:`nms_rotated` and :func:`nms_quadri` are :mod:`mmpar.compat.ops.rotated_nms`'s,
   re-exported here; ``batched_nms`` runs them on rotated ``(N, 5)`` boxes and on
-  quadrilaterals ``(N, 8)``.
+  quadrilaterals ``(N, 8)``. They rank a NaN score after every other, ``-inf``
+  included (mmcv's sort puts it first).
 
 mmcv's kernels take float32 only; here float64 runs in float64, and
 float16/bfloat16 run in float32 (the returned boxes keep the input's dtype).
@@ -261,8 +262,9 @@ def batched_nms(
     ``max`` the largest finite coordinate) so that one NMS keeps them independent.
     With ``split_thr`` boxes or more, NMS runs class by class instead, as in mmcv
     always by ``idxs``, even with ``class_agnostic``. Equal scores come out in
-    input order, NaN scores last (as ``-inf``). No boxes give no boxes (where mmcv
-    fails on the max of none).
+    input order, NaN scores last (as ``-inf``; with ``nms_rotated``/``nms_quadri``,
+    below ``split_thr``, after it). No boxes give no boxes (where mmcv fails on the
+    max of none).
 
     Args:
         boxes: ``(N, 4)`` float, ``x1, y1, x2, y2``; or with ``type``
