@@ -96,8 +96,29 @@ class _Neighbours:
         hx, hy = (x2 - x1) * (shrink / 2), (y2 - y1) * (shrink / 2)
         self.index = RectangleIndex(cx - hx, cy - hy, cx + hx, cy + hy)
         self.done = ~proper
+        m = boxes.shape[0]
+        # The store: each box's pairs (done boxes) in one run, ``start`` .. ``start + count``.
+        self.start = torch.zeros(m, dtype=torch.long)
+        self.count = torch.zeros(m, dtype=torch.long)
+        # Each box's candidates in the index (-1: not counted yet), and how many of the
+        # candidates counted so far were pairs: the estimate of a box's pairs.
+        self.candidates = torch.full((m,), -1, dtype=torch.long)
+        self.compared, self.found = 0, 0
         empty = torch.zeros(0, dtype=torch.long)
         self.src, self.dst, self.w = empty, empty, boxes.new_zeros(0)
+
+    def degrees(self, boxes: Tensor) -> Tensor:
+        """``(k,)`` float: the pairs of ``boxes``, exact where found, else estimated."""
+        new = boxes[~self.done.index_select(0, boxes)]
+        new = new[self.candidates.index_select(0, new) < 0]
+        if new.numel():
+            found = self.index.candidates(self.slot.index_select(0, new), self.size_ratio)
+            self.candidates.index_copy_(0, new, found)
+        hit = (self.found + 1) / (self.compared + 4)  # 1 in 4 before any is seen
+        guess = self.candidates.index_select(0, boxes).double() * hit
+        return torch.where(
+            self.done.index_select(0, boxes), self.count.index_select(0, boxes).double(), guess
+        )
 
     def _find(self, boxes: Tensor) -> None:
         """Adds the pairs from ``boxes`` (indices, not yet done) to the store."""
@@ -114,9 +135,20 @@ class _Neighbours:
         if self.params.method != "gaussian":
             near &= ovr >= self.params.iou_threshold
         pick = torch.nonzero(near).squeeze(1)
-        self.src = torch.cat((self.src, a.index_select(0, pick)))
-        self.dst = torch.cat((self.dst, b.index_select(0, pick)))
-        self.w = torch.cat((self.w, self.params.weights(ovr.index_select(0, pick))))
+        a = a.index_select(0, pick)
+        pick = pick.index_select(0, torch.argsort(a, stable=True))  # in runs by box
+        a, b, ovr = a.sort().values, b.index_select(0, pick), ovr.index_select(0, pick)
+        per = torch.bincount(a, minlength=self.done.numel())
+        first = torch.cumsum(per, 0) - per + self.src.numel()
+        self.start.index_copy_(0, boxes, first.index_select(0, boxes))
+        self.count.index_copy_(0, boxes, per.index_select(0, boxes))
+        counted = self.candidates.index_select(0, boxes)
+        known = counted >= 0
+        self.compared += int(counted[known].sum())
+        self.found += int(per.index_select(0, boxes)[known].sum())
+        self.src = torch.cat((self.src, a))
+        self.dst = torch.cat((self.dst, b))
+        self.w = torch.cat((self.w, self.params.weights(ovr)))
         self.done[boxes] = True
 
     def of(self, top: Tensor, und: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
@@ -129,11 +161,13 @@ class _Neighbours:
         new = torch.nonzero(top & ~self.done).squeeze(1)
         if new.numel():
             self._find(new)
-        live = und.index_select(0, self.src) & und.index_select(0, self.dst)
-        on = torch.nonzero(live).squeeze(1)
-        self.src, self.dst, self.w = (t.index_select(0, on) for t in (self.src, self.dst, self.w))
-        on = torch.nonzero(top.index_select(0, self.src)).squeeze(1)
-        return tuple(t.index_select(0, on) for t in (self.src, self.dst, self.w))
+        boxes = torch.nonzero(top).squeeze(1)
+        runs = self.count.index_select(0, boxes)
+        shift = self.start.index_select(0, boxes) - (torch.cumsum(runs, 0) - runs)
+        at = torch.arange(int(runs.sum())) + torch.repeat_interleave(shift, runs)
+        dst = self.dst.index_select(0, at)
+        at = at.index_select(0, torch.nonzero(und.index_select(0, dst)).squeeze(1))
+        return tuple(t.index_select(0, at) for t in (self.src, self.dst, self.w))
 
 
 class _Rounds:
@@ -184,14 +218,11 @@ class _Rounds:
                 if not bool(top.any()):  # the ``epoch`` best scores are equal
                     self._break_tie(und)
                     continue
+            top, tau = self._fewer(top, tau)
+            if not bool(top.any()):  # equal scores at the top
+                self._break_tie(und)
+                continue
             pairs = self.pairs.of(top, und)
-            if pairs[0].numel() > _EPOCH_PAIRS:  # dense: look at fewer, each round costs less
-                top, tau = self._fewer(top, pairs[0], tau)
-                if not bool(top.any()):
-                    self._break_tie(und)
-                    continue
-                on = torch.nonzero(top.index_select(0, pairs[0])).squeeze(1)
-                pairs = tuple(t.index_select(0, on) for t in pairs)
             looked, before = int(top.sum()), int((self.status == _TAKEN).sum())
             while True:
                 ready = self._ready(top, pairs)
@@ -214,13 +245,17 @@ class _Rounds:
                 looked //= 2
             epoch = min(max(looked, _EPOCH_MIN), _EPOCH_MAX)
 
-    def _fewer(
-        self, top: Tensor, src: Tensor, tau: Optional[Tensor]
-    ) -> Tuple[Tensor, Optional[Tensor]]:
-        """The best of ``top`` whose pairs (from ``src``) add up to ``_EPOCH_PAIRS``, and tau."""
+    def _fewer(self, top: Tensor, tau: Optional[Tensor]) -> Tuple[Tensor, Optional[Tensor]]:
+        """The best of ``top`` whose pairs add up to about ``_EPOCH_PAIRS``, and tau.
+
+        Dense boxes: each round then costs less, and fewer boxes have their pairs
+        found only to be dropped before they are taken.
+        """
         boxes = torch.nonzero(top).squeeze(1)
+        degree = self.pairs.degrees(boxes)
+        if float(degree.sum()) <= _EPOCH_PAIRS:
+            return top, tau
         keys, order = torch.sort(self.key.index_select(0, boxes), descending=True)
-        degree = torch.bincount(src, minlength=top.numel()).index_select(0, boxes)
         cut = int(torch.searchsorted(torch.cumsum(degree.index_select(0, order), 0), _EPOCH_PAIRS))
         cut = max(cut, 1)  # the best box at least
         if cut >= keys.numel():
