@@ -105,7 +105,14 @@ class _Neighbours:
         self.candidates = torch.full((m,), -1, dtype=torch.long)
         self.compared, self.found = 0, 0
         empty = torch.zeros(0, dtype=torch.long)
+        # The store's first ``size`` pairs; its capacity doubles as it fills.
         self.src, self.dst, self.w = empty, empty, boxes.new_zeros(0)
+        self.size = 0
+
+    def mean_degree(self) -> float:
+        """The mean number of pairs of the boxes done so far (0 before any)."""
+        done = int(self.done.sum()) - (self.done.numel() - self.proper.numel())
+        return self.size / done if done else 0.0
 
     def degrees(self, boxes: Tensor) -> Tensor:
         """``(k,)`` float: the pairs of ``boxes``, exact where found, else estimated."""
@@ -139,17 +146,27 @@ class _Neighbours:
         pick = pick.index_select(0, torch.argsort(a, stable=True))  # in runs by box
         a, b, ovr = a.sort().values, b.index_select(0, pick), ovr.index_select(0, pick)
         per = torch.bincount(a, minlength=self.done.numel())
-        first = torch.cumsum(per, 0) - per + self.src.numel()
+        first = torch.cumsum(per, 0) - per + self.size
         self.start.index_copy_(0, boxes, first.index_select(0, boxes))
         self.count.index_copy_(0, boxes, per.index_select(0, boxes))
         counted = self.candidates.index_select(0, boxes)
         known = counted >= 0
         self.compared += int(counted[known].sum())
         self.found += int(per.index_select(0, boxes)[known].sum())
-        self.src = torch.cat((self.src, a))
-        self.dst = torch.cat((self.dst, b))
-        self.w = torch.cat((self.w, self.params.weights(ovr)))
+        self._store(a, b, self.params.weights(ovr))
         self.done[boxes] = True
+
+    def _store(self, src: Tensor, dst: Tensor, w: Tensor) -> None:
+        end = self.size + src.numel()
+        if end > self.src.numel():
+            grown = max(end, 2 * self.src.numel())
+            self.src, self.dst, self.w = (
+                torch.cat((t[: self.size], t.new_empty(grown - self.size)))
+                for t in (self.src, self.dst, self.w)
+            )
+        for t, new in ((self.src, src), (self.dst, dst), (self.w, w)):
+            t[self.size : end] = new
+        self.size = end
 
     def of(self, top: Tensor, und: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
         """``(src, dst, weight)``: the pairs from the ``top`` boxes to undecided boxes.
@@ -252,14 +269,22 @@ class _Rounds:
         found only to be dropped before they are taken.
         """
         boxes = torch.nonzero(top).squeeze(1)
+        mean = self.pairs.mean_degree()
+        enough = max(int(2 * _EPOCH_PAIRS / mean), 2) if mean else boxes.numel()
+        many = enough < boxes.numel()
+        if many:  # estimate the pairs of a few more boxes than the budget needs, not all
+            best = torch.topk(self.key.index_select(0, boxes), enough)
+            boxes = boxes.index_select(0, best.indices)
         degree = self.pairs.degrees(boxes)
-        if float(degree.sum()) <= _EPOCH_PAIRS:
+        if not many and float(degree.sum()) <= _EPOCH_PAIRS:
             return top, tau
         keys, order = torch.sort(self.key.index_select(0, boxes), descending=True)
         cut = int(torch.searchsorted(torch.cumsum(degree.index_select(0, order), 0), _EPOCH_PAIRS))
         cut = max(cut, 1)  # the best box at least
         if cut >= keys.numel():
-            return top, tau
+            if not many:
+                return top, tau
+            cut = keys.numel() - 1  # tau: the last of the ``enough`` best
         return top & (self.key > keys[cut]), keys[cut]
 
     def _ready(self, top: Tensor, pairs: Tuple[Tensor, Tensor, Tensor]) -> Tensor:
