@@ -40,7 +40,6 @@ from typing import Callable, List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from mmpar.compat.ops.box_pairs import RectangleIndex
 from mmpar.compat.ops.soft_nms_kernel import (
     SlotReplay,
     SoftNMSParams,
@@ -50,6 +49,7 @@ from mmpar.compat.ops.soft_nms_kernel import (
     refill_order,
     soft_nms_steps,
 )
+from mmpar.compat.ops.soft_nms_pairs import PairStore
 
 __all__ = ["soft_nms_keep"]
 
@@ -61,130 +61,6 @@ _EPOCH, _EPOCH_MIN, _EPOCH_MAX = 256, 32, 8192
 _EPOCH_PAIRS = 1 << 15
 
 _UNDECIDED, _TAKEN, _DROPPED, _NAN = 0, 1, 2, 3
-
-
-class _Neighbours:
-    """The pairs whose IoU gives a weight other than 1, found box by box as they are needed.
-
-    Only the boxes that reach the top of the scores need theirs: in a dense cluster
-    most boxes are dropped first.
-
-    Args:
-        boxes: ``(m, 4)`` boxes, float32/float64.
-        areas: ``(m,)`` their :func:`box_areas`.
-        params: The method and its parameters.
-    """
-
-    def __init__(self, boxes: Tensor, areas: Tensor, params: SoftNMSParams) -> None:
-        self.boxes, self.areas, self.params = boxes, areas, params
-        off = params.offset
-        x1, y1, x2, y2 = boxes.double().unbind(1)
-        x2, y2 = x2 + off, y2 + off
-        # Only boxes of finite, positive width and height intersect others.
-        proper = torch.isfinite(boxes).all(1) & (x2 > x1) & (y2 > y1)
-        self.proper = torch.nonzero(proper).squeeze(1)
-        self.slot = torch.full((boxes.shape[0],), -1, dtype=torch.long)
-        self.slot[self.proper] = torch.arange(self.proper.numel())
-        x1, y1, x2, y2 = (t.index_select(0, self.proper) for t in (x1, y1, x2, y2))
-        # IoU >= t needs x overlap >= t * max(widths) (same in y): the boxes shrunk about
-        # their centres by 1 - t then still intersect (1% slack for rounding).
-        t = 0.0 if params.method == "gaussian" else params.iou_threshold
-        # ... and their widths (heights) are within a factor t of each other.
-        self.size_ratio = 0.99 * t
-        shrink = 1.0 - self.size_ratio
-        cx, cy = (x1 + x2) / 2, (y1 + y2) / 2
-        hx, hy = (x2 - x1) * (shrink / 2), (y2 - y1) * (shrink / 2)
-        self.index = RectangleIndex(cx - hx, cy - hy, cx + hx, cy + hy)
-        self.done = ~proper
-        m = boxes.shape[0]
-        # The store: each box's pairs (done boxes) in one run, ``start`` .. ``start + count``.
-        self.start = torch.zeros(m, dtype=torch.long)
-        self.count = torch.zeros(m, dtype=torch.long)
-        # Each box's candidates in the index (-1: not counted yet), and how many of the
-        # candidates counted so far were pairs: the estimate of a box's pairs.
-        self.candidates = torch.full((m,), -1, dtype=torch.long)
-        self.compared, self.found = 0, 0
-        empty = torch.zeros(0, dtype=torch.long)
-        # The store's first ``size`` pairs; its capacity doubles as it fills.
-        self.src, self.dst, self.w = empty, empty, boxes.new_zeros(0)
-        self.size = 0
-
-    def mean_degree(self) -> float:
-        """The mean number of pairs of the boxes done so far (0 before any)."""
-        done = int(self.done.sum()) - (self.done.numel() - self.proper.numel())
-        return self.size / done if done else 0.0
-
-    def degrees(self, boxes: Tensor) -> Tensor:
-        """``(k,)`` float: the pairs of ``boxes``, exact where found, else estimated."""
-        new = boxes[~self.done.index_select(0, boxes)]
-        new = new[self.candidates.index_select(0, new) < 0]
-        if new.numel():
-            found = self.index.candidates(self.slot.index_select(0, new), self.size_ratio)
-            self.candidates.index_copy_(0, new, found)
-        hit = (self.found + 1) / (self.compared + 4)  # 1 in 4 before any is seen
-        guess = self.candidates.index_select(0, boxes).double() * hit
-        return torch.where(
-            self.done.index_select(0, boxes), self.count.index_select(0, boxes).double(), guess
-        )
-
-    def _find(self, boxes: Tensor) -> None:
-        """Adds the pairs from ``boxes`` (indices, not yet done) to the store."""
-        q, r = self.index.intersecting(self.slot.index_select(0, boxes), self.size_ratio)
-        a, b = self.proper.index_select(0, q), self.proper.index_select(0, r)
-        ovr = pair_iou(
-            self.boxes.index_select(0, a),
-            self.areas.index_select(0, a),
-            self.boxes.index_select(0, b),
-            self.areas.index_select(0, b),
-            self.params.offset,
-        )
-        near = ovr > 0
-        if self.params.method != "gaussian":
-            near &= ovr >= self.params.iou_threshold
-        pick = torch.nonzero(near).squeeze(1)
-        a = a.index_select(0, pick)
-        pick = pick.index_select(0, torch.argsort(a, stable=True))  # in runs by box
-        a, b, ovr = a.sort().values, b.index_select(0, pick), ovr.index_select(0, pick)
-        per = torch.bincount(a, minlength=self.done.numel())
-        first = torch.cumsum(per, 0) - per + self.size
-        self.start.index_copy_(0, boxes, first.index_select(0, boxes))
-        self.count.index_copy_(0, boxes, per.index_select(0, boxes))
-        counted = self.candidates.index_select(0, boxes)
-        known = counted >= 0
-        self.compared += int(counted[known].sum())
-        self.found += int(per.index_select(0, boxes)[known].sum())
-        self._store(a, b, self.params.weights(ovr))
-        self.done[boxes] = True
-
-    def _store(self, src: Tensor, dst: Tensor, w: Tensor) -> None:
-        end = self.size + src.numel()
-        if end > self.src.numel():
-            grown = max(end, 2 * self.src.numel())
-            self.src, self.dst, self.w = (
-                torch.cat((t[: self.size], t.new_empty(grown - self.size)))
-                for t in (self.src, self.dst, self.w)
-            )
-        for t, new in ((self.src, src), (self.dst, dst), (self.w, w)):
-            t[self.size : end] = new
-        self.size = end
-
-    def of(self, top: Tensor, und: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
-        """``(src, dst, weight)``: the pairs from the ``top`` boxes to undecided boxes.
-
-        Args:
-            top: ``(m,)`` bool, the boxes whose pairs are wanted (undecided).
-            und: ``(m,)`` bool, the undecided boxes.
-        """
-        new = torch.nonzero(top & ~self.done).squeeze(1)
-        if new.numel():
-            self._find(new)
-        boxes = torch.nonzero(top).squeeze(1)
-        runs = self.count.index_select(0, boxes)
-        shift = self.start.index_select(0, boxes) - (torch.cumsum(runs, 0) - runs)
-        at = torch.arange(int(runs.sum())) + torch.repeat_interleave(shift, runs)
-        dst = self.dst.index_select(0, at)
-        at = at.index_select(0, torch.nonzero(und.index_select(0, dst)).squeeze(1))
-        return tuple(t.index_select(0, at) for t in (self.src, self.dst, self.w))
 
 
 class _Rounds:
@@ -207,7 +83,7 @@ class _Rounds:
         self,
         ids: Tensor,
         scores: Tensor,
-        neighbours: _Neighbours,
+        neighbours: PairStore,
         params: SoftNMSParams,
         replay: Callable[[], SlotReplay],
     ) -> None:
@@ -243,10 +119,13 @@ class _Rounds:
             looked, before = int(top.sum()), int((self.status == _TAKEN).sum())
             while True:
                 ready = self._ready(top, pairs)
-                if not bool(ready.any()):  # equal scores block the top
-                    self._break_tie(und)
-                    break
-                self._take(ready, pairs)
+                if not bool(ready.any()) or not self._take(ready, pairs):
+                    # Equal scores meet: the stricter rule, which takes none of them.
+                    ready = self._ready_two_hops(top, pairs)
+                    if not bool(ready.any()):  # equal scores block the top
+                        self._break_tie(und)
+                        break
+                    self._take(ready, pairs)
                 und = self.status == _UNDECIDED
                 top = top & und if tau is None else top & und & (self.key > tau)
                 if not bool(top.any()):
@@ -288,9 +167,34 @@ class _Rounds:
         return top & (self.key > keys[cut]), keys[cut]
 
     def _ready(self, top: Tensor, pairs: Tuple[Tensor, Tensor, Tensor]) -> Tensor:
+        """The ``top`` boxes that can be taken now, with their weights in the kernel's order.
+
+        A box is ready when its score is above that of each undecided box it overlaps
+        (none of them can come before it and change its score), and, for each of those,
+        above that of every other box overlapping it that is not ready: the weights a
+        box receives from the boxes taken now are then the next ones the kernel gives
+        it, in the order of their scores. ``pairs`` are those from ``top`` to
+        undecided boxes; boxes below ``top`` rank below.
+        """
+        key = self.key
+        src, dst, _ = pairs
+        low = torch.full_like(key, -float("inf"))
+        above = low.clone().scatter_reduce_(0, src, key.index_select(0, dst), "amax")
+        ready = top & (key > above)
+        while True:
+            blocked = torch.where(top & ~ready, key, low)
+            near = low.clone().scatter_reduce_(0, dst, blocked.index_select(0, src), "amax")
+            above = low.clone().scatter_reduce_(0, src, near.index_select(0, dst), "amax")
+            still = ready & (key > above)
+            if int(still.sum()) == int(ready.sum()):
+                return ready
+            ready = still
+
+    def _ready_two_hops(self, top: Tensor, pairs: Tuple[Tensor, Tensor, Tensor]) -> Tensor:
         """The ``top`` boxes whose score is above every other one of ``top`` within two overlaps.
 
-        ``pairs`` are those from ``top`` to undecided boxes; boxes below ``top`` rank below.
+        No two of them overlap one box: for equal scores, where :meth:`_ready`'s order
+        of the weights is the kernel's slot order.
         """
         key = self.key
         src, dst, _ = pairs
@@ -306,19 +210,47 @@ class _Rounds:
         blocked.index_fill_(0, src[bad], True)
         return top & (key == best) & unique & ~blocked
 
-    def _take(self, ready: Tensor, pairs: Tuple[Tensor, Tensor, Tensor]) -> None:
-        """Takes the ``ready`` boxes: each neighbour gets at most one weight from them."""
+    def _take(self, ready: Tensor, pairs: Tuple[Tensor, Tensor, Tensor]) -> bool:
+        """Takes the ``ready`` boxes, each box they overlap weighted in the order of their scores.
+
+        Returns:
+            False, having changed nothing, where two of them of equal score overlap
+            one box (their order is the kernel's slot order).
+        """
         src, dst, w = pairs
         on = torch.nonzero(ready.index_select(0, src)).squeeze(1)
-        x, y = src.index_select(0, on), dst.index_select(0, on)
-        rescored = self.key.index_select(0, y) * w.index_select(0, on)
-        self.key.index_copy_(0, y, rescored)
-        dropped = rescored < self.params.min_score
-        self.status.index_fill_(0, y[dropped], _DROPPED)
-        self.status.index_fill_(0, y[torch.isnan(rescored)], _NAN)
+        x, y, w = src.index_select(0, on), dst.index_select(0, on), w.index_select(0, on)
+        kx = self.key.index_select(0, x)
+        # By box weighted, then by the score of the box taken, descending.
+        order = torch.argsort(kx, descending=True, stable=True)
+        order = order.index_select(0, torch.argsort(y.index_select(0, order), stable=True))
+        x, y, w, kx = (t.index_select(0, order) for t in (x, y, w, kx))
+        same = y[1:] == y[:-1]
+        if bool((same & (kx[1:] == kx[:-1])).any()):
+            return False
+        # Each weight's rank among those of its box: layer r holds the r-th weight of each box.
+        at = torch.arange(y.numel())
+        rank = at - torch.cummax(torch.where(torch.cat((same.new_ones(1), ~same)), at, 0), 0)[0]
+        layers = torch.bincount(rank).tolist() if rank.numel() else []
+        if len(layers) > 1:
+            order = torch.argsort(rank, stable=True)
+            x, y, w = (t.index_select(0, order) for t in (x, y, w))
+        start = 0
+        for size in layers:
+            lx, ly, lw = x[start : start + size], y[start : start + size], w[start : start + size]
+            if start:  # boxes dropped by an earlier weight get no more
+                live = torch.nonzero(self.status.index_select(0, ly) == _UNDECIDED).squeeze(1)
+                lx, ly, lw = (t.index_select(0, live) for t in (lx, ly, lw))
+            start += size
+            rescored = self.key.index_select(0, ly) * lw
+            self.key.index_copy_(0, ly, rescored)
+            dropped = rescored < self.params.min_score
+            self.status.index_fill_(0, ly[dropped], _DROPPED)
+            self.status.index_fill_(0, ly[torch.isnan(rescored)], _NAN)
+            if bool(dropped.any()):
+                self.drop_log.append((self.ids[lx[dropped]], self.ids[ly[dropped]]))
         self.status[ready] = _TAKEN
-        if bool(dropped.any()):
-            self.drop_log.append((self.ids[x[dropped]], self.ids[y[dropped]]))
+        return True
 
     def _flush_drops(self) -> None:
         for by, dropped in self.drop_log:
@@ -408,7 +340,7 @@ def soft_nms_keep(boxes: Tensor, scores: Tensor, params: SoftNMSParams) -> Tuple
     live |= torch.isnan(rescored)
     live[first] = False
     graph = torch.nonzero(live & ~torch.isnan(rescored)).squeeze(1)
-    neighbours = _Neighbours(boxes.index_select(0, graph), areas.index_select(0, graph), params)
+    neighbours = PairStore(boxes.index_select(0, graph), areas.index_select(0, graph), params)
 
     def replay() -> SlotReplay:
         slots = torch.arange(n)

@@ -1,0 +1,145 @@
+"""Soft-NMS's overlapping pairs, found box by box as the boxes reach the top of the scores.
+
+Not an mmcv module: :mod:`mmpar.compat.ops.soft_nms_rounds` decides mmcv's
+soft-NMS steps in rounds over these pairs. A pair ``(src, dst)`` matters when
+``src``, taken, multiplies the score of ``dst`` by a weight other than 1: IoU above
+0, and at least ``iou_threshold`` for ``linear`` and ``naive``. Most boxes of a
+dense cluster are dropped before they are taken, so the pairs of a box are found
+only when it nears the top, and the store keeps them in one run per box.
+"""
+
+from __future__ import annotations
+
+from typing import Tuple
+
+import torch
+from torch import Tensor
+
+from mmpar.compat.ops.box_pairs import RectangleIndex
+from mmpar.compat.ops.soft_nms_kernel import SoftNMSParams, pair_iou
+
+__all__ = ["PairStore"]
+
+
+class PairStore:
+    """The pairs whose IoU gives a weight other than 1, found box by box as they are needed.
+
+    Only the boxes that reach the top of the scores need theirs: in a dense cluster
+    most boxes are dropped first.
+
+    Args:
+        boxes: ``(m, 4)`` boxes, float32/float64.
+        areas: ``(m,)`` their :func:`~mmpar.compat.ops.soft_nms_kernel.box_areas`.
+        params: The method and its parameters.
+    """
+
+    def __init__(self, boxes: Tensor, areas: Tensor, params: SoftNMSParams) -> None:
+        self.boxes, self.areas, self.params = boxes, areas, params
+        off = params.offset
+        x1, y1, x2, y2 = boxes.double().unbind(1)
+        x2, y2 = x2 + off, y2 + off
+        # Only boxes of finite, positive width and height intersect others.
+        proper = torch.isfinite(boxes).all(1) & (x2 > x1) & (y2 > y1)
+        self.proper = torch.nonzero(proper).squeeze(1)
+        self.slot = torch.full((boxes.shape[0],), -1, dtype=torch.long)
+        self.slot[self.proper] = torch.arange(self.proper.numel())
+        x1, y1, x2, y2 = (t.index_select(0, self.proper) for t in (x1, y1, x2, y2))
+        # IoU >= t needs x overlap >= t * max(widths) (same in y): the boxes shrunk about
+        # their centres by 1 - t then still intersect (1% slack for rounding).
+        t = 0.0 if params.method == "gaussian" else params.iou_threshold
+        # ... and their widths (heights) are within a factor t of each other.
+        self.size_ratio = 0.99 * t
+        shrink = 1.0 - self.size_ratio
+        cx, cy = (x1 + x2) / 2, (y1 + y2) / 2
+        hx, hy = (x2 - x1) * (shrink / 2), (y2 - y1) * (shrink / 2)
+        self.index = RectangleIndex(cx - hx, cy - hy, cx + hx, cy + hy)
+        self.done = ~proper
+        m = boxes.shape[0]
+        # The store: each box's pairs (done boxes) in one run, ``start`` .. ``start + count``.
+        self.start = torch.zeros(m, dtype=torch.long)
+        self.count = torch.zeros(m, dtype=torch.long)
+        # Each box's candidates in the index (-1: not counted yet), and how many of the
+        # candidates counted so far were pairs: the estimate of a box's pairs.
+        self.candidates = torch.full((m,), -1, dtype=torch.long)
+        self.compared, self.found = 0, 0
+        empty = torch.zeros(0, dtype=torch.long)
+        # The store's first ``size`` pairs; its capacity doubles as it fills.
+        self.src, self.dst, self.w = empty, empty, boxes.new_zeros(0)
+        self.size = 0
+
+    def mean_degree(self) -> float:
+        """The mean number of pairs of the boxes done so far (0 before any)."""
+        done = int(self.done.sum()) - (self.done.numel() - self.proper.numel())
+        return self.size / done if done else 0.0
+
+    def degrees(self, boxes: Tensor) -> Tensor:
+        """``(k,)`` float: the pairs of ``boxes``, exact where found, else estimated."""
+        new = boxes[~self.done.index_select(0, boxes)]
+        new = new[self.candidates.index_select(0, new) < 0]
+        if new.numel():
+            found = self.index.candidates(self.slot.index_select(0, new), self.size_ratio)
+            self.candidates.index_copy_(0, new, found)
+        hit = (self.found + 1) / (self.compared + 4)  # 1 in 4 before any is seen
+        guess = self.candidates.index_select(0, boxes).double() * hit
+        return torch.where(
+            self.done.index_select(0, boxes), self.count.index_select(0, boxes).double(), guess
+        )
+
+    def _find(self, boxes: Tensor) -> None:
+        """Adds the pairs from ``boxes`` (indices, not yet done) to the store."""
+        q, r = self.index.intersecting(self.slot.index_select(0, boxes), self.size_ratio)
+        a, b = self.proper.index_select(0, q), self.proper.index_select(0, r)
+        ovr = pair_iou(
+            self.boxes.index_select(0, a),
+            self.areas.index_select(0, a),
+            self.boxes.index_select(0, b),
+            self.areas.index_select(0, b),
+            self.params.offset,
+        )
+        near = ovr > 0
+        if self.params.method != "gaussian":
+            near &= ovr >= self.params.iou_threshold
+        pick = torch.nonzero(near).squeeze(1)
+        a = a.index_select(0, pick)
+        pick = pick.index_select(0, torch.argsort(a, stable=True))  # in runs by box
+        a, b, ovr = a.sort().values, b.index_select(0, pick), ovr.index_select(0, pick)
+        per = torch.bincount(a, minlength=self.done.numel())
+        first = torch.cumsum(per, 0) - per + self.size
+        self.start.index_copy_(0, boxes, first.index_select(0, boxes))
+        self.count.index_copy_(0, boxes, per.index_select(0, boxes))
+        counted = self.candidates.index_select(0, boxes)
+        known = counted >= 0
+        self.compared += int(counted[known].sum())
+        self.found += int(per.index_select(0, boxes)[known].sum())
+        self._store(a, b, self.params.weights(ovr))
+        self.done[boxes] = True
+
+    def _store(self, src: Tensor, dst: Tensor, w: Tensor) -> None:
+        end = self.size + src.numel()
+        if end > self.src.numel():
+            grown = max(end, 2 * self.src.numel())
+            self.src, self.dst, self.w = (
+                torch.cat((t[: self.size], t.new_empty(grown - self.size)))
+                for t in (self.src, self.dst, self.w)
+            )
+        for t, new in ((self.src, src), (self.dst, dst), (self.w, w)):
+            t[self.size : end] = new
+        self.size = end
+
+    def of(self, top: Tensor, und: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+        """``(src, dst, weight)``: the pairs from the ``top`` boxes to undecided boxes.
+
+        Args:
+            top: ``(m,)`` bool, the boxes whose pairs are wanted (undecided).
+            und: ``(m,)`` bool, the undecided boxes.
+        """
+        new = torch.nonzero(top & ~self.done).squeeze(1)
+        if new.numel():
+            self._find(new)
+        boxes = torch.nonzero(top).squeeze(1)
+        runs = self.count.index_select(0, boxes)
+        shift = self.start.index_select(0, boxes) - (torch.cumsum(runs, 0) - runs)
+        at = torch.arange(int(runs.sum())) + torch.repeat_interleave(shift, runs)
+        dst = self.dst.index_select(0, at)
+        at = at.index_select(0, torch.nonzero(und.index_select(0, dst)).squeeze(1))
+        return tuple(t.index_select(0, at) for t in (self.src, self.dst, self.w))
