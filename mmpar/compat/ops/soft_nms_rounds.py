@@ -220,20 +220,25 @@ class _Rounds:
         src, dst, w = pairs
         on = torch.nonzero(ready.index_select(0, src)).squeeze(1)
         x, y, w = src.index_select(0, on), dst.index_select(0, on), w.index_select(0, on)
-        kx = self.key.index_select(0, x)
-        # By box weighted, then by the score of the box taken, descending.
-        order = torch.argsort(kx, descending=True, stable=True)
-        order = order.index_select(0, torch.argsort(y.index_select(0, order), stable=True))
-        x, y, w, kx = (t.index_select(0, order) for t in (x, y, w, kx))
-        same = y[1:] == y[:-1]
-        if bool((same & (kx[1:] == kx[:-1])).any()):
-            return False
-        # Each weight's rank among those of its box: layer r holds the r-th weight of each box.
-        at = torch.arange(y.numel())
-        rank = at - torch.cummax(torch.where(torch.cat((same.new_ones(1), ~same)), at, 0), 0)[0]
-        layers = torch.bincount(rank).tolist() if rank.numel() else []
-        if len(layers) > 1:
-            order = torch.argsort(rank, stable=True)
+        hits = torch.zeros_like(self.key, dtype=torch.int32)
+        hits.index_add_(0, y, torch.ones_like(y, dtype=torch.int32))
+        many = hits.index_select(0, y) > 1
+        layers = [y.numel()]
+        if bool(many.any()):  # boxes weighted more than once: in the order of the scores
+            one, many = torch.nonzero(~many).squeeze(1), torch.nonzero(many).squeeze(1)
+            kx = self.key.index_select(0, x.index_select(0, many))
+            order = many.index_select(0, torch.argsort(kx, descending=True, stable=True))
+            order = order.index_select(0, torch.argsort(y.index_select(0, order), stable=True))
+            ym, kx = y.index_select(0, order), self.key.index_select(0, x.index_select(0, order))
+            same = ym[1:] == ym[:-1]
+            if bool((same & (kx[1:] == kx[:-1])).any()):
+                return False
+            # Each weight's rank among those of its box: layer r, the r-th weight of each box.
+            at = torch.arange(ym.numel())
+            first = torch.where(torch.cat((same.new_ones(1), ~same)), at, 0)
+            rank = torch.cat((torch.zeros_like(one), at - torch.cummax(first, 0)[0]))
+            layers = torch.bincount(rank).tolist()
+            order = torch.cat((one, order)).index_select(0, torch.argsort(rank, stable=True))
             x, y, w = (t.index_select(0, order) for t in (x, y, w))
         start = 0
         for size in layers:
