@@ -151,17 +151,6 @@ class RectangleIndex:
             if near.numel():
                 yield group, near, [t.index_select(0, near) for t in edges]
 
-    def candidates(self, query: Tensor, size_ratio: float = 0.0) -> Tensor:
-        """``(Q,)`` how many rectangles :meth:`intersecting` compares each of ``query`` with.
-
-        An upper bound of each query's pairs, at a fraction of the cost of finding them.
-        """
-        counts = torch.zeros(query.numel(), dtype=torch.long)
-        for group, near, edges in self._near_groups(query, size_ratio):
-            k, *_, runs = group.ranges(*edges)
-            counts.index_add_(0, near.index_select(0, k), runs)
-        return counts
-
     def intersecting(self, query: Tensor, size_ratio: float = 0.0) -> Tuple[Tensor, Tensor]:
         """The pairs ``(q, r)``, ``q`` in ``query``, ``r != q``, of rectangles that intersect.
 

@@ -18,7 +18,32 @@ from torch import Tensor
 from mmpar.compat.ops.box_pairs import RectangleIndex
 from mmpar.compat.ops.soft_nms_kernel import SoftNMSParams, pair_iou
 
-__all__ = ["PairStore"]
+__all__ = ["PairStore", "crowding"]
+
+
+#: Cells per side of the grid :func:`crowding` counts in.
+_GRID = 64
+
+
+def crowding(cx: Tensor, cy: Tensor, hx: Tensor, hy: Tensor) -> Tensor:
+    """``(n,)`` how many of the boxes have their centre near each one's: a guess of its pairs.
+
+    Near: within twice its half-sides ``hx``, ``hy`` of its centre ``cx``, ``cy``
+    (``(n,)`` float64 each), counted in the cells of a grid that cover that.
+    """
+    cells = []
+    for c, h in ((cy, hy), (cx, hx)):
+        lo, step = c.min(), (c.max() - c.min()).clamp(min=1e-12) / _GRID
+        cell = ((c - lo) / step).floor().clamp(0, _GRID - 1).long()
+        first = ((c - 2 * h - lo) / step).floor().clamp(0, _GRID - 1).long()
+        last = ((c + 2 * h - lo) / step).floor().clamp(0, _GRID - 1).long() + 1
+        cells.append((cell, first, last))
+    (row, top, bottom), (col, left, right) = cells
+    table = torch.zeros(_GRID + 1, _GRID + 1, dtype=torch.float64)
+    table.view(-1).index_add_(0, (row + 1) * (_GRID + 1) + col + 1, torch.ones_like(cx))
+    table = table.cumsum(0).cumsum(1).view(-1)
+    corner = lambda r, c: table.index_select(0, r * (_GRID + 1) + c)  # noqa: E731
+    return corner(bottom, right) - corner(top, right) - corner(bottom, left) + corner(top, left)
 
 
 class PairStore:
@@ -58,10 +83,11 @@ class PairStore:
         # The store: each box's pairs (done boxes) in one run, ``start`` .. ``start + count``.
         self.start = torch.zeros(m, dtype=torch.long)
         self.count = torch.zeros(m, dtype=torch.long)
-        # Each box's candidates in the index (-1: not counted yet), and how many of the
-        # candidates counted so far were pairs: the estimate of a box's pairs.
-        self.candidates = torch.full((m,), -1, dtype=torch.long)
-        self.compared, self.found = 0, 0
+        # A rough count of each box's pairs, and how it compared with the pairs found.
+        self.crowding = torch.zeros(m, dtype=torch.float64)
+        if self.proper.numel():
+            self.crowding[self.proper] = crowding(cx, cy, hx, hy)
+        self.counted, self.found = 0.0, 0
         empty = torch.zeros(0, dtype=torch.long)
         # The store's first ``size`` pairs; its capacity doubles as it fills.
         self.src, self.dst, self.w = empty, empty, boxes.new_zeros(0)
@@ -74,13 +100,8 @@ class PairStore:
 
     def degrees(self, boxes: Tensor) -> Tensor:
         """``(k,)`` float: the pairs of ``boxes``, exact where found, else estimated."""
-        new = boxes[~self.done.index_select(0, boxes)]
-        new = new[self.candidates.index_select(0, new) < 0]
-        if new.numel():
-            found = self.index.candidates(self.slot.index_select(0, new), self.size_ratio)
-            self.candidates.index_copy_(0, new, found)
-        hit = (self.found + 1) / (self.compared + 4)  # 1 in 4 before any is seen
-        guess = self.candidates.index_select(0, boxes).double() * hit
+        scale = (self.found + 1) / (self.counted + 1)
+        guess = self.crowding.index_select(0, boxes) * scale
         return torch.where(
             self.done.index_select(0, boxes), self.count.index_select(0, boxes).double(), guess
         )
@@ -107,10 +128,8 @@ class PairStore:
         first = torch.cumsum(per, 0) - per + self.size
         self.start.index_copy_(0, boxes, first.index_select(0, boxes))
         self.count.index_copy_(0, boxes, per.index_select(0, boxes))
-        counted = self.candidates.index_select(0, boxes)
-        known = counted >= 0
-        self.compared += int(counted[known].sum())
-        self.found += int(per.index_select(0, boxes)[known].sum())
+        self.counted += float(self.crowding.index_select(0, boxes).sum())
+        self.found += int(per.index_select(0, boxes).sum())
         self._store(a, b, self.params.weights(ovr))
         self.done[boxes] = True
 
