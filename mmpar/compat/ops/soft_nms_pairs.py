@@ -121,9 +121,9 @@ class PairStore:
         if self.params.method != "gaussian":
             near &= ovr >= self.params.iou_threshold
         pick = torch.nonzero(near).squeeze(1)
-        a = a.index_select(0, pick)
-        pick = pick.index_select(0, torch.argsort(a, stable=True))  # in runs by box
-        a, b, ovr = a.sort().values, b.index_select(0, pick), ovr.index_select(0, pick)
+        a, order = torch.sort(a.index_select(0, pick), stable=True)  # in runs by box
+        pick = pick.index_select(0, order)
+        b, ovr = b.index_select(0, pick), ovr.index_select(0, pick)
         per = torch.bincount(a, minlength=self.done.numel())
         first = torch.cumsum(per, 0) - per + self.size
         self.start.index_copy_(0, boxes, first.index_select(0, boxes))

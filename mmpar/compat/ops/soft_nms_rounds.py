@@ -186,7 +186,7 @@ class _Rounds:
             near = low.clone().scatter_reduce_(0, dst, blocked.index_select(0, src), "amax")
             above = low.clone().scatter_reduce_(0, src, near.index_select(0, dst), "amax")
             still = ready & (key > above)
-            if int(still.sum()) == int(ready.sum()):
+            if torch.equal(still, ready):
                 return ready
             ready = still
 
