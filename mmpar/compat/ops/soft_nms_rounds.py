@@ -178,17 +178,17 @@ class _Rounds:
         """
         key = self.key
         src, dst, _ = pairs
+        ks = key.index_select(0, src)
         low = torch.full_like(key, -float("inf"))
-        above = low.clone().scatter_reduce_(0, src, key.index_select(0, dst), "amax")
-        ready = top & (key > above)
+        ready = top.index_fill(0, src[ks <= key.index_select(0, dst)], False)
         while True:
-            blocked = torch.where(top & ~ready, key, low)
-            near = low.clone().scatter_reduce_(0, dst, blocked.index_select(0, src), "amax")
-            above = low.clone().scatter_reduce_(0, src, near.index_select(0, dst), "amax")
-            still = ready & (key > above)
-            if torch.equal(still, ready):
+            on = ready.index_select(0, src)
+            blocked = torch.where(on, low[:1], ks)  # the scores of the pairs' unready boxes
+            near = low.clone().scatter_reduce_(0, dst, blocked, "amax")
+            fail = on & (ks <= near.index_select(0, dst))
+            if not bool(fail.any()):
                 return ready
-            ready = still
+            ready.index_fill_(0, src[fail], False)
 
     def _ready_two_hops(self, top: Tensor, pairs: Tuple[Tensor, Tensor, Tensor]) -> Tensor:
         """The ``top`` boxes whose score is above every other one of ``top`` within two overlaps.
