@@ -120,6 +120,8 @@ class _Strips:
             found_k.append(k.index_select(0, owner.index_select(0, pick)))
             found_r.append(self.box.index_select(0, at.index_select(0, pick)))
             e0 = e1
+        if len(found_k) == 2:  # one chunk: no copy
+            return found_k[1], found_r[1]
         return torch.cat(found_k), torch.cat(found_r)
 
 

@@ -131,7 +131,7 @@ class PairStore:
         self.counted += float(self.crowding.index_select(0, boxes).sum())
         self.found += int(per.index_select(0, boxes).sum())
         self._store(a, b, self.params.weights(ovr))
-        self.done[boxes] = True
+        self.done.index_fill_(0, boxes, True)
 
     def _store(self, src: Tensor, dst: Tensor, w: Tensor) -> None:
         end = self.size + src.numel()

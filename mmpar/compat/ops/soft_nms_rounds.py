@@ -223,39 +223,58 @@ class _Rounds:
         hits = torch.zeros_like(self.key, dtype=torch.int32)
         hits.index_add_(0, y, torch.ones_like(y, dtype=torch.int32))
         many = hits.index_select(0, y) > 1
-        layers = [y.numel()]
         if bool(many.any()):  # boxes weighted more than once: in the order of the scores
             one, many = torch.nonzero(~many).squeeze(1), torch.nonzero(many).squeeze(1)
             kx = self.key.index_select(0, x.index_select(0, many))
             order = many.index_select(0, torch.argsort(kx, descending=True, stable=True))
             order = order.index_select(0, torch.argsort(y.index_select(0, order), stable=True))
-            ym, kx = y.index_select(0, order), self.key.index_select(0, x.index_select(0, order))
-            same = ym[1:] == ym[:-1]
-            if bool((same & (kx[1:] == kx[:-1])).any()):
+            if not self._weigh_in_turn(*(t.index_select(0, order) for t in (x, y, w))):
                 return False
-            # Each weight's rank among those of its box: layer r, the r-th weight of each box.
-            at = torch.arange(ym.numel())
-            first = torch.where(torch.cat((same.new_ones(1), ~same)), at, 0)
-            rank = torch.cat((torch.zeros_like(one), at - torch.cummax(first, 0)[0]))
-            layers = torch.bincount(rank).tolist()
-            order = torch.cat((one, order)).index_select(0, torch.argsort(rank, stable=True))
-            x, y, w = (t.index_select(0, order) for t in (x, y, w))
-        start = 0
-        for size in layers:
-            lx, ly, lw = x[start : start + size], y[start : start + size], w[start : start + size]
-            if start:  # boxes dropped by an earlier weight get no more
-                live = torch.nonzero(self.status.index_select(0, ly) == _UNDECIDED).squeeze(1)
-                lx, ly, lw = (t.index_select(0, live) for t in (lx, ly, lw))
-            start += size
-            rescored = self.key.index_select(0, ly) * lw
-            self.key.index_copy_(0, ly, rescored)
-            dropped = rescored < self.params.min_score
-            self.status.index_fill_(0, ly[dropped], _DROPPED)
-            self.status.index_fill_(0, ly[torch.isnan(rescored)], _NAN)
-            if bool(dropped.any()):
-                self.drop_log.append((self.ids[lx[dropped]], self.ids[ly[dropped]]))
-        self.status[ready] = _TAKEN
+            x, y, w = (t.index_select(0, one) for t in (x, y, w))
+        rescored = self.key.index_select(0, y) * w
+        self._rescore(x, y, rescored, rescored < self.params.min_score)
+        self.status.masked_fill_(ready, _TAKEN)
         return True
+
+    def _weigh_in_turn(self, x: Tensor, y: Tensor, w: Tensor) -> bool:
+        """Weights ``w`` from boxes ``x`` on boxes ``y`` (sorted by ``y``, then by the score of
+        ``x``, descending), one after the other, as the kernel's steps give them.
+
+        Returns:
+            False, having changed nothing, where two ``x`` of equal score weight one box.
+        """
+        kx = self.key.index_select(0, x)
+        same = y[1:] == y[:-1]
+        if bool((same & (kx[1:] == kx[:-1])).any()):
+            return False
+        # A row per box weighted, its weights in turn; padded with 1 (a product it keeps).
+        first = torch.cat((same.new_ones(1), ~same))
+        at = torch.arange(y.numel())
+        row = torch.cumsum(first, 0) - 1
+        col = at - torch.cummax(torch.where(first, at, 0), 0)[0]
+        shape = (int(row[-1]) + 1, int(col.max()) + 1)
+        weights = w.new_ones(shape).index_put_((row, col), w)
+        takers = x.new_zeros(shape).index_put_((row, col), x)
+        boxes = y.index_select(0, torch.nonzero(first).squeeze(1))
+        score = self.key.index_select(0, boxes)
+        scores = []
+        for weight in weights.unbind(1):  # rounded after each product, as the kernel's
+            score = score * weight
+            scores.append(score)
+        below = torch.stack(scores, 1) < self.params.min_score  # stays below once below
+        dropped = below.any(1)
+        # Dropped at its first weight below min_score, by that weight's box.
+        by = takers.gather(1, below.to(torch.int8).argmax(1, keepdim=True)).squeeze(1)
+        self._rescore(by, boxes, score, dropped)
+        return True
+
+    def _rescore(self, by: Tensor, boxes: Tensor, scores: Tensor, dropped: Tensor) -> None:
+        """New ``scores`` of ``boxes`` (distinct); ``dropped`` ones dropped by boxes ``by``."""
+        self.key.index_copy_(0, boxes, scores)
+        status = torch.where(torch.isnan(scores), _NAN, _UNDECIDED).to(torch.int8)
+        self.status.index_copy_(0, boxes, status.masked_fill_(dropped, _DROPPED))
+        if bool(dropped.any()):
+            self.drop_log.append((self.ids[by[dropped]], self.ids[boxes[dropped]]))
 
     def _flush_drops(self) -> None:
         for by, dropped in self.drop_log:
