@@ -87,13 +87,13 @@ def test_equal_scores_meeting_at_one_box_fall_back_to_two_overlaps(monkeypatch) 
     scores = torch.tensor([0.99, 0.8, 0.8, 0.7] + [0.5 - k / 100 for k in range(40)])
     boxes = torch.tensor(boxes)
     calls = []
-    two_hops = soft_nms_rounds._Rounds._ready_two_hops
+    two_hops = soft_nms_rounds._Rounds.ready_two_hops
 
     def counted(self, *args):  # noqa: ANN001, ANN202
         calls.append(1)
         return two_hops(self, *args)
 
-    monkeypatch.setattr(soft_nms_rounds._Rounds, "_ready_two_hops", counted)
+    monkeypatch.setattr(soft_nms_rounds._Rounds, "ready_two_hops", counted)
     for method in ("linear", "gaussian"):
         params = SoftNMSParams(0.1, 0.5, 1e-3, method, 0)
         assert_kernel(boxes, scores, params)
