@@ -59,7 +59,8 @@ class PairStore:
     """
 
     def __init__(self, boxes: Tensor, areas: Tensor, params: SoftNMSParams) -> None:
-        self.boxes, self.areas, self.params = boxes, areas, params
+        self.params = params
+        self.table = torch.cat((boxes, areas[:, None]), 1)  # a box and its area: one gather
         off = params.offset
         x1, y1, x2, y2 = boxes.double().unbind(1)
         x2, y2 = x2 + off, y2 + off
@@ -109,14 +110,11 @@ class PairStore:
     def _find(self, boxes: Tensor) -> None:
         """Adds the pairs from ``boxes`` (indices, not yet done) to the store."""
         q, r = self.index.intersecting(self.slot.index_select(0, boxes), self.size_ratio)
-        a, b = self.proper.index_select(0, q), self.proper.index_select(0, r)
-        ovr = pair_iou(
-            self.boxes.index_select(0, a),
-            self.areas.index_select(0, a),
-            self.boxes.index_select(0, b),
-            self.areas.index_select(0, b),
-            self.params.offset,
-        )
+        if self.proper.numel() < self.done.numel():
+            q, r = self.proper.index_select(0, q), self.proper.index_select(0, r)
+        a, b = q, r
+        ta, tb = self.table.index_select(0, a), self.table.index_select(0, b)
+        ovr = pair_iou(ta[:, :4], ta[:, 4], tb[:, :4], tb[:, 4], self.params.offset)
         near = ovr > 0
         if self.params.method != "gaussian":
             near &= ovr >= self.params.iou_threshold
