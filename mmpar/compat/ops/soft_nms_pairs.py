@@ -70,12 +70,13 @@ class PairStore:
         self.slot = torch.full((boxes.shape[0],), -1, dtype=torch.long)
         self.slot[self.proper] = torch.arange(self.proper.numel())
         x1, y1, x2, y2 = (t.index_select(0, self.proper) for t in (x1, y1, x2, y2))
-        # IoU >= t needs x overlap >= t * max(widths) (same in y): the boxes shrunk about
-        # their centres by 1 - t then still intersect (1% slack for rounding).
+        # IoU >= t needs intersection >= t / (1 + t) * (both areas), so x overlap
+        # >= t / (1 + t) * (both widths) (same in y), and widths (heights) within a
+        # factor t of each other: the boxes shrunk about their centres by
+        # (1 - t) / (1 + t) then still intersect (1% slack for rounding).
         t = 0.0 if params.method == "gaussian" else params.iou_threshold
-        # ... and their widths (heights) are within a factor t of each other.
         self.size_ratio = 0.99 * t
-        shrink = 1.0 - self.size_ratio
+        shrink = (1.0 - self.size_ratio) / (1.0 + self.size_ratio)
         cx, cy = (x1 + x2) / 2, (y1 + y2) / 2
         hx, hy = (x2 - x1) * (shrink / 2), (y2 - y1) * (shrink / 2)
         self.index = RectangleIndex(cx - hx, cy - hy, cx + hx, cy + hy)

@@ -115,29 +115,58 @@ def test_layers_weight_one_box_in_the_order_of_the_scores() -> None:
             assert_kernel(boxes, scores, SoftNMSParams(0.1, 0.5, min_score, method, 0))
 
 
-def test_pair_store_finds_every_pair_from_the_top_to_undecided_boxes() -> None:
+CASES = [("linear", 0.3, 0), ("gaussian", 0.3, 0), ("naive", 0.6, 0), ("linear", 0.05, 1)]
+CASES += [("linear", 0.9, 0), ("naive", 0.5, 1)]
+
+
+@pytest.mark.parametrize("method, thr, offset", CASES)
+def test_pair_store_finds_every_pair_from_the_top_to_undecided_boxes(
+    method: str, thr: float, offset: int
+) -> None:
     boxes, _ = clusters(120, 3)
-    for method, thr in (("linear", 0.3), ("gaussian", 0.3), ("naive", 0.6)):
-        params = SoftNMSParams(thr, 0.5, 1e-3, method, 0)
-        areas = box_areas(boxes, 0)
-        store = PairStore(boxes, areas, params)
-        ovr = pair_iou(boxes[:, None], areas[:, None], boxes[None], areas[None], 0)
-        near = (ovr > 0) if method == "gaussian" else (ovr > 0) & (ovr >= thr)
-        near.fill_diagonal_(False)
-        g = torch.Generator().manual_seed(0)
-        und = torch.ones(120, dtype=torch.bool)
-        for _ in range(4):  # growing store, boxes decided between calls
-            top = und & (torch.rand(120, generator=g) < 0.3)
-            src, dst, w = store.of(top, und)
-            got = sorted(zip(src.tolist(), dst.tolist()))
-            want = [
-                (i, j) for i in range(120) for j in range(120) if top[i] and und[j] and near[i, j]
-            ]
-            assert got == want
-            assert torch.equal(w, params.weights(ovr[src, dst]))
-            est = store.degrees(torch.nonzero(top).squeeze(1))
-            assert torch.equal(est, near[top][:, :].sum(1).double())  # exact once found
-            und &= torch.rand(120, generator=g) < 0.8
+    if thr >= 0.5:  # near copies: pairs at high thresholds
+        boxes[60:] = boxes[:60] + torch.randn(60, 4, generator=torch.Generator().manual_seed(1))
+    boxes[::7, 2] += 40  # long thin boxes too
+    params = SoftNMSParams(thr, 0.5, 1e-3, method, offset)
+    areas = box_areas(boxes, offset)
+    store = PairStore(boxes, areas, params)
+    ovr = pair_iou(boxes[:, None], areas[:, None], boxes[None], areas[None], offset)
+    near = (ovr > 0) if method == "gaussian" else (ovr > 0) & (ovr >= thr)
+    near.fill_diagonal_(False)
+    g = torch.Generator().manual_seed(0)
+    und = torch.ones(120, dtype=torch.bool)
+    for _ in range(4):  # growing store, boxes decided between calls
+        top = und & (torch.rand(120, generator=g) < 0.3)
+        src, dst, w = store.of(top, und)
+        got = sorted(zip(src.tolist(), dst.tolist()))
+        want = [(i, j) for i in range(120) for j in range(120) if top[i] and und[j] and near[i, j]]
+        assert got == want
+        assert torch.equal(w, params.weights(ovr[src, dst]))
+        est = store.degrees(torch.nonzero(top).squeeze(1))
+        assert torch.equal(est, near[top][:, :].sum(1).double())  # exact once found
+        und &= torch.rand(120, generator=g) < 0.8
+
+
+@pytest.mark.parametrize("thr", [0.1, 0.3, 0.5, 0.8])
+def test_pair_store_bound_keeps_every_pair_of_any_shape(thr: float) -> None:
+    # The index looks only where boxes shrunk by (1 - t) / (1 + t) meet: a bound on IoU >= t.
+    g = torch.Generator().manual_seed(int(thr * 10))
+    n = 300
+    xy = torch.rand(n, 2, generator=g) * 60
+    wh = torch.exp(torch.rand(n, 2, generator=g) * 4) + 1  # 2-56 px, any aspect
+    boxes = torch.cat([xy, xy + wh], 1)
+    boxes[n // 2 :] = boxes[: n // 2] + torch.randn(n // 2, 4, generator=g)  # near pairs
+    areas = box_areas(boxes, 0)
+    params = SoftNMSParams(thr, 0.5, 1e-3, "linear", 0)
+    store = PairStore(boxes, areas, params)
+    ovr = pair_iou(boxes[:, None], areas[:, None], boxes[None], areas[None], 0)
+    near = (ovr > 0) & (ovr >= thr)
+    near.fill_diagonal_(False)
+    all_ = torch.ones(n, dtype=torch.bool)
+    src, dst, _ = store.of(all_, all_)
+    got = torch.zeros(n, n, dtype=torch.bool)
+    got[src, dst] = True
+    assert torch.equal(got, near) and src.numel() == int(near.sum())
 
 
 def test_crowding_counts_the_centres_near_each_box() -> None:
