@@ -63,20 +63,44 @@ def test_compare_warms_up_alternates_and_takes_the_median_ratio(
     assert (ours_s, ref_s, ratio) == (1.0, 1.0, 1.0)
 
 
-def test_rows_from_an_ops_nms_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Where tools/bench/ops_nms.py exists, its rows(quick) replace the section's own."""
+def test_nms_rows_cover_soft_nms_cases_and_batched_nms_with_targets() -> None:
+    """ops_nms.py is the one source of the nms rows; the section times them with compare."""
     section = _section()
-    (tmp_path / "ops_nms.py").write_text(
-        "def rows(quick):\n"
-        "    return [('soft_nms', 'case', 'torchvision nms', 0.002, 0.001, 2.0, '<= 3x'),\n"
-        "            '| batched_nms | pre-formatted |']\n"
-    )
-    monkeypatch.setattr(section, "BENCH_DIR", tmp_path)
-    rows = section.nms_rows(quick=True)
+    calls: List[int] = []
+
+    def fake_compare(ours, reference, rounds):  # noqa: ANN001, ANN202
+        calls.append(rounds)
+        return 0.002, 0.001, 2.0
+
+    rows = section.ops_nms.rows(True, fake_compare)
+    soft = [r for r in rows if r[0] == "soft_nms"]
+    assert [r[1] for r in soft] == [
+        f"1k boxes, {kind}, {method}, iou_threshold 0.3"
+        for method, kind in (
+            ("linear", "sparse"),
+            ("linear", "crowded"),
+            ("linear", "clustered"),
+            ("gaussian", "sparse"),
+            ("gaussian", "clustered"),
+        )
+    ]
+    assert all(r[2] == "torchvision nms" and r[6] == "<= 3x" for r in soft)
+    (batched,) = [r for r in rows if r[0] == "batched_nms"]
+    assert batched[2] == "torchvision batched_nms" and batched[6] == "<= 1.2x"
+    assert len(calls) == len(rows) == 6
     assert section._format(rows[0]) == (
-        "| soft_nms | case | torchvision nms | 2.0 | 1.0 | 2.00x | <= 3x |"
+        "| soft_nms | 1k boxes, sparse, linear, iou_threshold 0.3 | torchvision nms "
+        "| 2.0 | 1.0 | 2.00x | <= 3x |"
     )
-    assert section._format(rows[1]) == "| batched_nms | pre-formatted |"
+
+
+def test_bench_helpers_are_not_sections() -> None:
+    spec = importlib.util.spec_from_file_location(
+        "mmpar_benchmark_test", ROOT / "tools" / "benchmark.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert "ops" in module.sections() and "ops_nms" not in module.sections()
 
 
 def test_quick_run_prints_every_row() -> None:

@@ -14,6 +14,8 @@ Usage::
 
 Sections live in ``tools/bench/<name>.py`` and each defines ``run(quick) -> str``
 returning a Markdown section (the figures in ``docs/benchmarks.md`` are its output).
+The other modules there (no ``run``, or a name starting with ``_``) are helpers that a
+section loads, e.g. ``ops_nms.py`` for ``ops.py``.
 
 A config that cannot be read or holds bad values, or a ``--baseline`` that cannot
 be used (no git, not a git checkout, no such revision), ends the run with one line
@@ -47,8 +49,13 @@ BENCH_DIR = Path(__file__).resolve().parent / "bench"
 ROOT = BENCH_DIR.parents[1]
 
 
+def is_section(path: Path) -> bool:
+    """Whether ``tools/bench/<name>.py`` is a section: a public name and a top-level ``run``."""
+    return not path.stem.startswith("_") and "\ndef run(" in path.read_text(encoding="utf-8")
+
+
 def sections() -> list:
-    return sorted(p.stem for p in BENCH_DIR.glob("*.py") if not p.stem.startswith("_"))
+    return sorted(p.stem for p in BENCH_DIR.glob("*.py") if is_section(p))
 
 
 def load(name: str) -> ModuleType:

@@ -11,15 +11,15 @@ round by round; the figures are medians, the ratio the median of the per-round r
 * ``RoIAlign`` max against ``RoIAlign`` avg (torchvision's kernel), the same sampling;
 * ``DeformRoIPool`` with offsets (128 rois of 100-400 pixels on a stride-8 map),
   forward and forward + backward, against ``RoIAlign`` avg with the same sampling;
-* ``batched_nms`` (10,000 boxes, 80 classes) against ``torchvision.ops.batched_nms``,
-  ``soft_nms`` (10,000 boxes) against ``torchvision.ops.nms``. A section file
-  ``ops_nms.py`` beside this one, where present, supplies these rows (``rows(quick)``: a
-  list of :data:`Row` tuples or of Markdown rows in this table's columns);
+* ``soft_nms`` (10,000 boxes: sparse, crowded, clustered; ``linear`` and ``gaussian``)
+  against ``torchvision.ops.nms`` at the same threshold, and ``batched_nms`` (10,000
+  boxes, 80 classes) against ``torchvision.ops.batched_nms``: the rows of
+  ``tools/bench/ops_nms.py`` (its docstring describes the boxes);
 * ``box_iou_rotated`` (2000 x 2000) and ``nms_rotated`` (10,000 boxes) against
   torchvision's ``box_iou`` and ``nms`` on the boxes' axis-aligned counterparts (the
   same centres and sizes): what the rotation costs.
 
-``--quick``: fewer rois and channels, 500 boxes, two rounds (seconds; a smoke run).
+``--quick``: fewer rois and channels, 500-1,000 boxes, two rounds (seconds; a smoke run).
 """
 
 from __future__ import annotations
@@ -28,9 +28,11 @@ import importlib.util
 import os
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
-from typing import Callable, List, Tuple, Union
+from types import ModuleType
+from typing import Callable, List, Tuple
 
 import torch
 
@@ -38,6 +40,18 @@ BENCH_DIR = Path(__file__).resolve().parent
 
 #: ``(op, case, reference, ours_s, reference_s, ratio, target)``; ``target`` "" for none.
 Row = Tuple[str, str, str, float, float, float, str]
+
+
+def _load_sibling(name: str) -> ModuleType:
+    """Load the helper ``tools/bench/<name>.py``, registered in sys.modules."""
+    spec = importlib.util.spec_from_file_location(f"mmpar_bench_{name}", BENCH_DIR / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+ops_nms = _load_sibling("ops_nms")
 
 
 def compare(ours: Callable[[], object], reference: Callable[[], object], rounds: int) -> tuple:
@@ -134,38 +148,9 @@ def _boxes(count: int, seed: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Ten
     return torch.cat([xy, xy + wh], 1), scores, torch.cat([xy + wh / 2, wh, angle], 1)
 
 
-def nms_rows(quick: bool) -> List[Union[Row, str]]:
-    """batched_nms and soft_nms; ``ops_nms.py``'s rows where that file exists."""
-    path = BENCH_DIR / "ops_nms.py"
-    if path.exists():
-        spec = importlib.util.spec_from_file_location("mmpar_bench_ops_nms", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return list(module.rows(quick))
-    import torchvision.ops as tv
-
-    from mmpar.compat.ops import batched_nms, soft_nms
-
-    rounds, count = (2, 500) if quick else (5, 10000)
-    boxes, scores, _ = _boxes(count, seed=3)
-    labels = torch.randint(0, 80, (count,), generator=torch.Generator().manual_seed(4))
-    cfg = dict(type="nms", iou_threshold=0.5)
-    ours, ref, ratio = compare(
-        lambda: batched_nms(boxes, scores, labels, cfg),
-        lambda: tv.batched_nms(boxes, scores, labels, 0.5),
-        rounds,
-    )
-    rows: List[Union[Row, str]] = [
-        ("batched_nms", f"{count} boxes, 80 classes", "torchvision batched_nms", ours, ref,
-         ratio, "<= 1.2x"),
-    ]  # fmt: skip
-    ours, ref, ratio = compare(
-        lambda: soft_nms(boxes, scores, 0.3), lambda: tv.nms(boxes, scores, 0.3), rounds
-    )
-    rows.append(
-        ("soft_nms", f"{count} boxes, linear", "torchvision nms", ours, ref, ratio, "<= 3x")
-    )
-    return rows
+def nms_rows(quick: bool) -> List[Row]:
+    """soft_nms and batched_nms against torchvision: :func:`ops_nms.rows`."""
+    return ops_nms.rows(quick, compare)
 
 
 def rotated_rows(quick: bool) -> List[Row]:
@@ -205,9 +190,7 @@ def _cpu() -> str:
     return platform.processor() or platform.machine()
 
 
-def _format(row: Union[Row, str]) -> str:
-    if isinstance(row, str):
-        return row
+def _format(row: Row) -> str:
     op, case, reference, ours, ref, ratio, target = row
     return (
         f"| {op} | {case} | {reference} | {ours * 1e3:,.1f} | {ref * 1e3:,.1f} "

@@ -105,21 +105,23 @@ class _Strips:
             e1 = int(torch.searchsorted(bounds, bounds[e0] - counts[e0] + _CHUNK, right=True))
             e1 = max(e1, e0 + 1)
             c = counts[e0:e1]
-            at = torch.arange(int(c.sum())) + torch.repeat_interleave(
-                lo[e0:e1] - (torch.cumsum(c, 0) - c), c
-            )
-            kk = torch.repeat_interleave(k[e0:e1], c)
-            # Each entry's query and strip, repeated over its run of candidates.
-            rep = [torch.repeat_interleave(t[e0:e1], c) for t in (qx, qy0, qy1, qf, strip)]
-            keep = self.e_xr.index_select(0, at) >= rep[0]
-            keep &= self.e_yl.index_select(0, at) <= rep[2]
-            keep &= rep[1] <= self.e_yr.index_select(0, at)
+            # Each candidate's (query, strip) entry, then its sorted entry ``at``.
+            owner = torch.repeat_interleave(torch.arange(e1 - e0), c)
+            start = lo[e0:e1] - (torch.cumsum(c, 0) - c)
+            at = torch.arange(owner.numel()) + start.index_select(0, owner)
+            owner += e0
+            keep = self.e_xr.index_select(0, at) >= qx.index_select(0, owner)
+            keep &= self.e_yl.index_select(0, at) <= qy1.index_select(0, owner)
+            keep &= qy0.index_select(0, owner) <= self.e_yr.index_select(0, at)
             # Counted in the first strip both cross.
-            keep &= rep[4] == torch.maximum(self.e_first.index_select(0, at), rep[3])
+            both = torch.maximum(self.e_first.index_select(0, at), qf.index_select(0, owner))
+            keep &= strip.index_select(0, owner) == both
             pick = torch.nonzero(keep).squeeze(1)
-            found_k.append(kk.index_select(0, pick))
+            found_k.append(k.index_select(0, owner.index_select(0, pick)))
             found_r.append(self.box.index_select(0, at.index_select(0, pick)))
             e0 = e1
+        if len(found_k) == 2:  # one chunk: no copy
+            return found_k[1], found_r[1]
         return torch.cat(found_k), torch.cat(found_r)
 
 

@@ -8,16 +8,20 @@ weights) are in :mod:`mmpar.compat.ops.soft_nms_kernel`. Here:
    ``min_score`` dropped, whether or not the first box overlaps them;
 2. afterwards a score changes only through a weight other than 1, from a box that
    overlaps it enough (IoU above 0, and at least ``iou_threshold`` for ``linear``
-   and ``naive``). Those pairs are found box by box as boxes reach the top of the
-   scores (:class:`~mmpar.compat.ops.box_pairs.RectangleIndex`);
+   and ``naive``). Those pairs are found box by box as boxes near the top of the
+   scores (:class:`~mmpar.compat.ops.soft_nms_pairs.PairStore`);
 3. the steps are decided in rounds: a box is taken when its score is above that of
-   every undecided box at most two overlaps away; no box can then come before it
-   and change its score, and each box it overlaps receives at most one weight per
-   round, in the kernel's order. Its weights apply, dropping the boxes that fall
-   below ``min_score``. Scores only fall, so the boxes come out in the order of
-   their scores when taken. A round looks at the undecided boxes of highest score
-   only (an epoch: fewer where the pairs are many), and the rounds are bounded by
-   the longest chain of overlapping boxes, not by the box count;
+   each undecided box it overlaps (none of them can come before it and change its
+   score) and, for each of those, above that of every box overlapping it that is not
+   taken in the same round (none can weight it in between). A box overlapped by
+   several boxes taken in a round gets their weights in turn, in the order of their
+   scores, and is dropped at the first that takes it below ``min_score``. Scores
+   only fall, so the boxes come out in the order of their scores when taken. Where
+   two boxes of equal score would weight one box, the round takes only boxes above
+   every other undecided box two overlaps away. A round looks at the undecided
+   boxes of highest score only (an epoch: fewer where their pairs, guessed before
+   they are found, are many), and the rounds are bounded by the longest chain of
+   overlapping boxes, not by the box count;
 4. slots matter only among equal scores: where equal scores meet at the top, and
    for the boxes whose score is NaN (taken last, in slot order), the kernel's
    swaps and refills are replayed (:class:`~mmpar.compat.ops.soft_nms_kernel.SlotReplay`,
@@ -28,9 +32,10 @@ runs where scores can rise (``min_score < 0``: a negative score rises when
 multiplied by a weight below 1), where every pair interacts (``naive`` with
 ``iou_threshold == 0``), and for a few boxes (it costs less there).
 
-Cost: sparse boxes (few overlaps each) run faster than torchvision's ``nms``;
-dense clusters (hundreds of boxes over one object) cost a round per box taken
-from a cluster, each over the cluster's pairs.
+Cost: sparse boxes (few overlaps each) run about as fast as torchvision's ``nms``,
+``gaussian`` (every overlap counts) about 3 times slower. Dense clusters (hundreds
+of boxes over one object) cost the pairs of each box taken there (hundreds each),
+and about a round per box taken from a cluster.
 """
 
 from __future__ import annotations
@@ -40,7 +45,6 @@ from typing import Callable, List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from mmpar.compat.ops.box_pairs import RectangleIndex
 from mmpar.compat.ops.soft_nms_kernel import (
     SlotReplay,
     SoftNMSParams,
@@ -50,6 +54,8 @@ from mmpar.compat.ops.soft_nms_kernel import (
     refill_order,
     soft_nms_steps,
 )
+from mmpar.compat.ops.soft_nms_pairs import PairStore
+from mmpar.compat.ops.soft_nms_take import NAN, TAKEN, UNDECIDED, RoundTakes
 
 __all__ = ["soft_nms_keep"]
 
@@ -60,83 +66,8 @@ _EPOCH, _EPOCH_MIN, _EPOCH_MAX = 256, 32, 8192
 #: The most pairs an epoch's rounds go over.
 _EPOCH_PAIRS = 1 << 15
 
-_UNDECIDED, _TAKEN, _DROPPED, _NAN = 0, 1, 2, 3
 
-
-class _Neighbours:
-    """The pairs whose IoU gives a weight other than 1, found box by box as they are needed.
-
-    Only the boxes that reach the top of the scores need theirs: in a dense cluster
-    most boxes are dropped first.
-
-    Args:
-        boxes: ``(m, 4)`` boxes, float32/float64.
-        areas: ``(m,)`` their :func:`box_areas`.
-        params: The method and its parameters.
-    """
-
-    def __init__(self, boxes: Tensor, areas: Tensor, params: SoftNMSParams) -> None:
-        self.boxes, self.areas, self.params = boxes, areas, params
-        off = params.offset
-        x1, y1, x2, y2 = boxes.double().unbind(1)
-        x2, y2 = x2 + off, y2 + off
-        # Only boxes of finite, positive width and height intersect others.
-        proper = torch.isfinite(boxes).all(1) & (x2 > x1) & (y2 > y1)
-        self.proper = torch.nonzero(proper).squeeze(1)
-        self.slot = torch.full((boxes.shape[0],), -1, dtype=torch.long)
-        self.slot[self.proper] = torch.arange(self.proper.numel())
-        x1, y1, x2, y2 = (t.index_select(0, self.proper) for t in (x1, y1, x2, y2))
-        # IoU >= t needs x overlap >= t * max(widths) (same in y): the boxes shrunk about
-        # their centres by 1 - t then still intersect (1% slack for rounding).
-        t = 0.0 if params.method == "gaussian" else params.iou_threshold
-        # ... and their widths (heights) are within a factor t of each other.
-        self.size_ratio = 0.99 * t
-        shrink = 1.0 - self.size_ratio
-        cx, cy = (x1 + x2) / 2, (y1 + y2) / 2
-        hx, hy = (x2 - x1) * (shrink / 2), (y2 - y1) * (shrink / 2)
-        self.index = RectangleIndex(cx - hx, cy - hy, cx + hx, cy + hy)
-        self.done = ~proper
-        empty = torch.zeros(0, dtype=torch.long)
-        self.src, self.dst, self.w = empty, empty, boxes.new_zeros(0)
-
-    def _find(self, boxes: Tensor) -> None:
-        """Adds the pairs from ``boxes`` (indices, not yet done) to the store."""
-        q, r = self.index.intersecting(self.slot.index_select(0, boxes), self.size_ratio)
-        a, b = self.proper.index_select(0, q), self.proper.index_select(0, r)
-        ovr = pair_iou(
-            self.boxes.index_select(0, a),
-            self.areas.index_select(0, a),
-            self.boxes.index_select(0, b),
-            self.areas.index_select(0, b),
-            self.params.offset,
-        )
-        near = ovr > 0
-        if self.params.method != "gaussian":
-            near &= ovr >= self.params.iou_threshold
-        pick = torch.nonzero(near).squeeze(1)
-        self.src = torch.cat((self.src, a.index_select(0, pick)))
-        self.dst = torch.cat((self.dst, b.index_select(0, pick)))
-        self.w = torch.cat((self.w, self.params.weights(ovr.index_select(0, pick))))
-        self.done[boxes] = True
-
-    def of(self, top: Tensor, und: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
-        """``(src, dst, weight)``: the pairs from the ``top`` boxes to undecided boxes.
-
-        Args:
-            top: ``(m,)`` bool, the boxes whose pairs are wanted (undecided).
-            und: ``(m,)`` bool, the undecided boxes.
-        """
-        new = torch.nonzero(top & ~self.done).squeeze(1)
-        if new.numel():
-            self._find(new)
-        live = und.index_select(0, self.src) & und.index_select(0, self.dst)
-        on = torch.nonzero(live).squeeze(1)
-        self.src, self.dst, self.w = (t.index_select(0, on) for t in (self.src, self.dst, self.w))
-        on = torch.nonzero(top.index_select(0, self.src)).squeeze(1)
-        return tuple(t.index_select(0, on) for t in (self.src, self.dst, self.w))
-
-
-class _Rounds:
+class _Rounds(RoundTakes):
     """Steps 1.. of the kernel, decided in rounds over the overlapping pairs.
 
     Each epoch looks at the (at most) ``_EPOCH`` undecided boxes of highest score,
@@ -156,24 +87,21 @@ class _Rounds:
         self,
         ids: Tensor,
         scores: Tensor,
-        neighbours: _Neighbours,
+        neighbours: PairStore,
         params: SoftNMSParams,
         replay: Callable[[], SlotReplay],
     ) -> None:
-        self.ids, self.key, self.params = ids, scores, params
-        m = ids.numel()
+        super().__init__(ids, scores, params)
         self.pairs = neighbours
-        self.status = torch.full((m,), _UNDECIDED, dtype=torch.int8)
-        self.replayed = torch.zeros(m, dtype=torch.bool)
+        self.replayed = torch.zeros(ids.numel(), dtype=torch.bool)
         self.make_replay = replay
         self.replay: Optional[SlotReplay] = None
-        self.drop_log: List[Tuple[Tensor, Tensor]] = []
         self.order: List[int] = []  # boxes replayed so far, in the order taken
 
     def run(self) -> None:
         epoch = _EPOCH
         while True:
-            und = self.status == _UNDECIDED
+            und = self.status == UNDECIDED
             left = int(und.sum())
             if left == 0:
                 return
@@ -184,22 +112,22 @@ class _Rounds:
                 if not bool(top.any()):  # the ``epoch`` best scores are equal
                     self._break_tie(und)
                     continue
+            top, tau = self._fewer(top, tau)
+            if not bool(top.any()):  # equal scores at the top
+                self._break_tie(und)
+                continue
             pairs = self.pairs.of(top, und)
-            if pairs[0].numel() > _EPOCH_PAIRS:  # dense: look at fewer, each round costs less
-                top, tau = self._fewer(top, pairs[0], tau)
-                if not bool(top.any()):
-                    self._break_tie(und)
-                    continue
-                on = torch.nonzero(top.index_select(0, pairs[0])).squeeze(1)
-                pairs = tuple(t.index_select(0, on) for t in pairs)
-            looked, before = int(top.sum()), int((self.status == _TAKEN).sum())
+            looked, before = int(top.sum()), int((self.status == TAKEN).sum())
             while True:
-                ready = self._ready(top, pairs)
-                if not bool(ready.any()):  # equal scores block the top
-                    self._break_tie(und)
-                    break
-                self._take(ready, pairs)
-                und = self.status == _UNDECIDED
+                ready = self.ready(top, pairs)
+                if not bool(ready.any()) or not self.take(ready, pairs):
+                    # Equal scores meet: the stricter rule, which takes none of them.
+                    ready = self.ready_two_hops(top, pairs)
+                    if not bool(ready.any()):  # equal scores block the top
+                        self._break_tie(und)
+                        break
+                    self.take(ready, pairs)
+                und = self.status == UNDECIDED
                 top = top & und if tau is None else top & und & (self.key > tau)
                 if not bool(top.any()):
                     break
@@ -207,58 +135,37 @@ class _Rounds:
                 on = torch.nonzero(top.index_select(0, src) & und.index_select(0, dst)).squeeze(1)
                 pairs = tuple(t.index_select(0, on) for t in pairs)
             # Wider epochs where most of the boxes looked at were taken (few overlaps).
-            taken = int((self.status == _TAKEN).sum()) - before
+            taken = int((self.status == TAKEN).sum()) - before
             if taken * 2 > looked:
                 looked *= 2
             elif taken * 8 < looked:
                 looked //= 2
             epoch = min(max(looked, _EPOCH_MIN), _EPOCH_MAX)
 
-    def _fewer(
-        self, top: Tensor, src: Tensor, tau: Optional[Tensor]
-    ) -> Tuple[Tensor, Optional[Tensor]]:
-        """The best of ``top`` whose pairs (from ``src``) add up to ``_EPOCH_PAIRS``, and tau."""
+    def _fewer(self, top: Tensor, tau: Optional[Tensor]) -> Tuple[Tensor, Optional[Tensor]]:
+        """The best of ``top`` whose pairs add up to about ``_EPOCH_PAIRS``, and tau.
+
+        Dense boxes: each round then costs less, and fewer boxes have their pairs
+        found only to be dropped before they are taken.
+        """
         boxes = torch.nonzero(top).squeeze(1)
+        mean = self.pairs.mean_degree()
+        enough = max(int(2 * _EPOCH_PAIRS / mean), 2) if mean else boxes.numel()
+        many = enough < boxes.numel()
+        if many:  # estimate the pairs of a few more boxes than the budget needs, not all
+            best = torch.topk(self.key.index_select(0, boxes), enough)
+            boxes = boxes.index_select(0, best.indices)
+        degree = self.pairs.degrees(boxes)
+        if not many and float(degree.sum()) <= _EPOCH_PAIRS:
+            return top, tau
         keys, order = torch.sort(self.key.index_select(0, boxes), descending=True)
-        degree = torch.bincount(src, minlength=top.numel()).index_select(0, boxes)
         cut = int(torch.searchsorted(torch.cumsum(degree.index_select(0, order), 0), _EPOCH_PAIRS))
         cut = max(cut, 1)  # the best box at least
         if cut >= keys.numel():
-            return top, tau
+            if not many:
+                return top, tau
+            cut = keys.numel() - 1  # tau: the last of the ``enough`` best
         return top & (self.key > keys[cut]), keys[cut]
-
-    def _ready(self, top: Tensor, pairs: Tuple[Tensor, Tensor, Tensor]) -> Tensor:
-        """The ``top`` boxes whose score is above every other one of ``top`` within two overlaps.
-
-        ``pairs`` are those from ``top`` to undecided boxes; boxes below ``top`` rank below.
-        """
-        key = self.key
-        src, dst, _ = pairs
-        ks = key.index_select(0, src)
-        best = torch.where(top, key, torch.full_like(key, -float("inf")))
-        best.scatter_reduce_(0, dst, ks, "amax")  # best score of ``top`` around each box
-        best_at_dst = best.index_select(0, dst)
-        count = (top & (key == best)).to(torch.int32)
-        count.scatter_add_(0, dst, (ks == best_at_dst).to(torch.int32))  # how many have it
-        unique = count == 1
-        blocked = torch.zeros_like(top)
-        bad = (best_at_dst != ks) | ~unique.index_select(0, dst)
-        blocked.index_fill_(0, src[bad], True)
-        return top & (key == best) & unique & ~blocked
-
-    def _take(self, ready: Tensor, pairs: Tuple[Tensor, Tensor, Tensor]) -> None:
-        """Takes the ``ready`` boxes: each neighbour gets at most one weight from them."""
-        src, dst, w = pairs
-        on = torch.nonzero(ready.index_select(0, src)).squeeze(1)
-        x, y = src.index_select(0, on), dst.index_select(0, on)
-        rescored = self.key.index_select(0, y) * w.index_select(0, on)
-        self.key.index_copy_(0, y, rescored)
-        dropped = rescored < self.params.min_score
-        self.status.index_fill_(0, y[dropped], _DROPPED)
-        self.status.index_fill_(0, y[torch.isnan(rescored)], _NAN)
-        self.status[ready] = _TAKEN
-        if bool(dropped.any()):
-            self.drop_log.append((self.ids[x[dropped]], self.ids[y[dropped]]))
 
     def _flush_drops(self) -> None:
         for by, dropped in self.drop_log:
@@ -270,7 +177,7 @@ class _Rounds:
         if self.replay is None:
             self.replay = self.make_replay()
         self._flush_drops()
-        todo = (self.status == _TAKEN) & ~self.replayed
+        todo = (self.status == TAKEN) & ~self.replayed
         if above is not None:
             todo &= self.key > above
         local = torch.nonzero(todo).squeeze(1)
@@ -284,7 +191,7 @@ class _Rounds:
         """Equal scores block the top: the kernel takes the one first in slot order."""
         top = float(self.key[und].max())
         replay = self._replay_to(top)
-        level = torch.nonzero(((self.status == _TAKEN) & ~self.replayed) | und).squeeze(1)
+        level = torch.nonzero(((self.status == TAKEN) & ~self.replayed) | und).squeeze(1)
         level = level[self.key[level] == top]
         local_of = dict(zip(self.ids[level].tolist(), level.tolist()))
         group = list(local_of)
@@ -295,7 +202,7 @@ class _Rounds:
             undecided = bool(und[local])
             if undecided:
                 one = torch.arange(und.numel()) == local
-                self._take(one, self.pairs.of(one, und))
+                self.take(one, self.pairs.of(one, und))
                 self._flush_drops()
             self.replayed[local] = True
             replay.take(box)
@@ -312,8 +219,8 @@ class _Rounds:
         Returns:
             ``(K,)`` box indices, and the replay if one ran to the end.
         """
-        nan_boxes = nan_boxes or bool((self.status == _NAN).any())
-        rest = torch.nonzero((self.status == _TAKEN) & ~self.replayed).squeeze(1)
+        nan_boxes = nan_boxes or bool((self.status == NAN).any())
+        rest = torch.nonzero((self.status == TAKEN) & ~self.replayed).squeeze(1)
         keys, order = torch.sort(self.key.index_select(0, rest), descending=True, stable=True)
         if nan_boxes or bool((keys[1:] == keys[:-1]).any()):
             replay = self._replay_to(None)
@@ -348,7 +255,7 @@ def soft_nms_keep(boxes: Tensor, scores: Tensor, params: SoftNMSParams) -> Tuple
     live |= torch.isnan(rescored)
     live[first] = False
     graph = torch.nonzero(live & ~torch.isnan(rescored)).squeeze(1)
-    neighbours = _Neighbours(boxes.index_select(0, graph), areas.index_select(0, graph), params)
+    neighbours = PairStore(boxes.index_select(0, graph), areas.index_select(0, graph), params)
 
     def replay() -> SlotReplay:
         slots = torch.arange(n)
