@@ -162,7 +162,7 @@ def roi_align(
     # sample, so the gradient reaches that sample's four pixels only.
     out = max_of_samples(feat, boxes, out_size, scale, ratio, aligned)
     out = out.reshape(rois.shape[0], *out_size, input.shape[1]).permute(0, 3, 1, 2)
-    return out.to(input.dtype)
+    return out.to(input.dtype).contiguous()
 
 
 class RoIAlign(nn.Module):

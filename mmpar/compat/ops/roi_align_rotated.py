@@ -241,7 +241,8 @@ def roi_align_rotated(
         bool(aligned),
         bool(clockwise),
     )
-    return out.to(input.dtype)
+    # Contiguous (K, C, ph, pw), as mmcv's kernel returns it: mmocr's DRRG .view()s it.
+    return out.to(input.dtype).contiguous()
 
 
 class RoIAlignRotated(nn.Module):

@@ -148,7 +148,8 @@ def upfirdn2d_native(
             pad_y0 - (kernel_h - 1),
             up_y + pad_y1 - kernel_h,
         )[..., ::down_y, ::down_x]
-    return out.reshape(n, c, out_h, out_w).to(input.dtype)
+    # A crop's view: contiguous, as mmcv's kernel returns it (callers .view() the result).
+    return out.reshape(n, c, out_h, out_w).to(input.dtype).contiguous()
 
 
 def upfirdn2d(
