@@ -53,7 +53,9 @@ mmpose and mmaction2 into ``MMCV_170_DIR``; on a machine without them these test
     ``os.environ`` plus ``PYTHONPATH`` = this checkout's root first (children
     import this checkout's ``mmpar`` and the ``tests`` helpers), and ``extra``;
     without ``$MMPAR_MMCV_OPS*``, so that each child chooses (and announces) its
-    ops itself.
+    ops itself, and without a launcher's variables (``RANK``, ``SLURM_PROCID``,
+    ...) that another test may have left in this process: each child is a fresh
+    launch (a stray ``RANK=1`` would also silence its announcement).
 
 ``mmdet_train_pipeline(flip_ratio=0.5, img_scale=(96, 64)) -> list``
     mmdet's standard detection train pipeline as config dicts (loading, boxes,
@@ -246,6 +248,12 @@ requires_mmpar_ops = pytest.mark.skipif(
 
 #: What ``supply_mmcv_ops`` writes to the environment for child processes.
 OPS_ENV_VARS = ("MMPAR_MMCV_OPS", "MMPAR_MMCV_OPS_ANNOUNCED")
+#: Where launchers (torchrun, SLURM, Open MPI) tell a process its place in a run.
+LAUNCH_ENV_VARS = (
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
+    "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NODELIST",
+    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+)  # fmt: skip
 
 
 def install_stand_ins() -> None:
@@ -280,7 +288,8 @@ def install_stand_ins() -> None:
 
 
 def child_env(**extra: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in OPS_ENV_VARS}
+    dropped = OPS_ENV_VARS + LAUNCH_ENV_VARS
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
     paths = [str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env.update(extra)
