@@ -57,6 +57,10 @@ mmpose and mmaction2 into ``MMCV_170_DIR``; on a machine without them these test
     ...) that another test may have left in this process: each child is a fresh
     launch (a stray ``RANK=1`` would also silence its announcement).
 
+``run_python(code) -> str``
+    Run ``python -c code`` in a child (:func:`child_env`, the checkout as cwd, 120 s at
+    most); fail with its stderr unless it exits 0; its stdout.
+
 ``mmdet_train_pipeline(flip_ratio=0.5, img_scale=(96, 64)) -> list``
     mmdet's standard detection train pipeline as config dicts (loading, boxes,
     keep-ratio resize, flip, normalize, pad to 32, format bundle, collect of
@@ -74,6 +78,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
 import sys
 import types
 from importlib import metadata
@@ -101,6 +106,7 @@ __all__ = [
     "requires_mmdet",
     "requires_mmpar_ops",
     "requires_torchvision",
+    "run_python",
     "compiled_ops_installed",
     "torchvision_kernels",
     "write_small_coco",
@@ -294,6 +300,19 @@ def child_env(**extra: str) -> dict:
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env.update(extra)
     return env
+
+
+def run_python(code: str) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO_ROOT,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
 
 
 def mmcv170_env(**extra: str) -> dict:

@@ -5,27 +5,12 @@ Checked in a child process each, so the test process keeps numpy as it is.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
-from tests.compat._mmcv_env import REPO_ROOT, child_env, requires_mmcv
+from tests.compat._mmcv_env import requires_mmcv
+from tests.compat._mmcv_env import run_python as run
 
 np = pytest.importorskip("numpy")
-
-
-def run(code: str) -> str:
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=REPO_ROOT,
-        env=child_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stdout
 
 
 @pytest.mark.skipif(not np.__version__.startswith("2."), reason="needs numpy 2")

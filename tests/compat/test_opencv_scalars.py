@@ -5,12 +5,10 @@ The mending is checked in a child process each, so the test process keeps cv2 as
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
-from tests.compat._mmcv_env import REPO_ROOT, child_env, requires_mmcv
+from tests.compat._mmcv_env import requires_mmcv
+from tests.compat._mmcv_env import run_python as run
 
 np = pytest.importorskip("numpy")
 cv2 = pytest.importorskip("cv2")
@@ -29,19 +27,6 @@ def _refuses_numpy_numbers() -> bool:
 needs_opencv5 = pytest.mark.skipif(
     not _refuses_numpy_numbers(), reason="this OpenCV reads numpy numbers itself"
 )
-
-
-def run(code: str) -> str:
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=REPO_ROOT,
-        env=child_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stdout
 
 
 def test_numpy_numbers_become_python_numbers_and_arrays_stay() -> None:
