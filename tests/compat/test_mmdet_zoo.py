@@ -45,12 +45,14 @@ KNOWN_FAILURES = {
 LINE = re.compile(r"^(PASS|FAIL|SKIP)  (\S+)  (.*)$")
 
 
-def run_tool(*args: str, timeout: float = 120, prefix: str = "") -> subprocess.CompletedProcess:
-    """The tool as a user runs it; ``prefix``: Python run first (e.g. to hide a package)."""
-    cmd = [sys.executable, str(TOOL), *args]
+def run_tool(
+    *args: str, tool: Path = TOOL, timeout: float = 120, prefix: str = ""
+) -> subprocess.CompletedProcess:
+    """``tool`` as a user runs it; ``prefix``: Python run first (e.g. to hide a package)."""
+    cmd = [sys.executable, str(tool), *args]
     if prefix:
-        code = f"{prefix}; import runpy, sys; sys.argv = {[str(TOOL), *args]!r}; "
-        code += f"runpy.run_path({str(TOOL)!r}, run_name='__main__')"
+        code = f"{prefix}; import runpy, sys; sys.argv = {[str(tool), *args]!r}; "
+        code += f"runpy.run_path({str(tool)!r}, run_name='__main__')"
         cmd = [sys.executable, "-c", code]
     return subprocess.run(
         cmd,

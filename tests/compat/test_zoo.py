@@ -14,15 +14,15 @@ import importlib.util
 import json
 import runpy
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Dict, List, Tuple
 
 import pytest
 
-from tests.compat._mmcv_env import MMCV_170_DIR, REPO_ROOT, child_env
+from tests.compat._mmcv_env import MMCV_170_DIR, REPO_ROOT
 from tests.compat.test_mmdet_zoo import config_lines, error_line, write_configs
+from tests.compat.test_mmdet_zoo import run_tool as mmdet_run_tool
 
 TOOL = REPO_ROOT / "tools" / "zoo.py"
 ALIAS = REPO_ROOT / "tools" / "mmdet_zoo.py"
@@ -72,20 +72,8 @@ SUBSETS: Dict[str, Tuple[str, List[str], bool]] = {
 
 
 def run_tool(*args: str, tool: Path = TOOL, timeout: float = 120, prefix: str = ""):
-    """The tool as a user runs it; ``prefix``: Python run first (e.g. to hide a package)."""
-    cmd = [sys.executable, str(tool), *args]
-    if prefix:
-        code = f"{prefix}; import runpy, sys; sys.argv = {[str(tool), *args]!r}; "
-        code += f"runpy.run_path({str(tool)!r}, run_name='__main__')"
-        cmd = [sys.executable, "-c", code]
-    return subprocess.run(
-        cmd,
-        cwd=REPO_ROOT,
-        env=child_env(OMP_NUM_THREADS="1"),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    """tools/zoo.py (or ``tool``) as a user runs it: test_mmdet_zoo's ``run_tool``."""
+    return mmdet_run_tool(*args, tool=tool, timeout=timeout, prefix=prefix)
 
 
 def installed(module: str, old_mmcv: bool = False) -> bool:
