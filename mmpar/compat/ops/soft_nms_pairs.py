@@ -5,7 +5,8 @@ soft-NMS steps in rounds over these pairs. A pair ``(src, dst)`` matters when
 ``src``, taken, multiplies the score of ``dst`` by a weight other than 1: IoU above
 0, and at least ``iou_threshold`` for ``linear`` and ``naive``. Most boxes of a
 dense cluster are dropped before they are taken, so the pairs of a box are found
-only when it nears the top, and the store keeps them in one run per box.
+only when it nears the top, to the boxes still undecided then (the index holds
+only those once most are decided), and the store keeps them in one run per box.
 """
 
 from __future__ import annotations
@@ -67,8 +68,6 @@ class PairStore:
         # Only boxes of finite, positive width and height intersect others.
         proper = torch.isfinite(boxes).all(1) & (x2 > x1) & (y2 > y1)
         self.proper = torch.nonzero(proper).squeeze(1)
-        self.slot = torch.full((boxes.shape[0],), -1, dtype=torch.long)
-        self.slot[self.proper] = torch.arange(self.proper.numel())
         x1, y1, x2, y2 = (t.index_select(0, self.proper) for t in (x1, y1, x2, y2))
         # IoU >= t needs intersection >= t / (1 + t) * (both areas), so x overlap
         # >= t / (1 + t) * (both widths) (same in y), and widths (heights) within a
@@ -79,7 +78,10 @@ class PairStore:
         shrink = (1.0 - self.size_ratio) / (1.0 + self.size_ratio)
         cx, cy = (x1 + x2) / 2, (y1 + y2) / 2
         hx, hy = (x2 - x1) * (shrink / 2), (y2 - y1) * (shrink / 2)
-        self.index = RectangleIndex(cx - hx, cy - hy, cx + hx, cy + hy)
+        #: The shrunk rectangles of the proper boxes, and the index of some of them.
+        self.rects = torch.stack((cx - hx, cy - hy, cx + hx, cy + hy), 1)
+        self.slot = torch.full((boxes.shape[0],), -1, dtype=torch.long)
+        self._reindex(self.proper.new_ones(self.proper.numel(), dtype=torch.bool))
         self.done = ~proper
         m = boxes.shape[0]
         # The store: each box's pairs (done boxes) in one run, ``start`` .. ``start + count``.
@@ -108,12 +110,25 @@ class PairStore:
             self.done.index_select(0, boxes), self.count.index_select(0, boxes).double(), guess
         )
 
-    def _find(self, boxes: Tensor) -> None:
-        """Adds the pairs from ``boxes`` (indices, not yet done) to the store."""
+    def _reindex(self, keep: Tensor) -> None:
+        """Indexes the proper boxes where ``keep`` (``(len(proper),)`` bool), alone."""
+        at = torch.nonzero(keep).squeeze(1)
+        self.indexed = self.proper.index_select(0, at)
+        self.slot.fill_(-1)
+        self.slot[self.indexed] = torch.arange(at.numel())
+        self.index = RectangleIndex(*self.rects.index_select(0, at).unbind(1))
+
+    def _find(self, boxes: Tensor, und: Tensor) -> None:
+        """Adds the pairs from ``boxes`` (indices, not yet done) to undecided boxes."""
+        # A box once decided stays so: its pairs are never asked for again. Where most
+        # of the indexed boxes are decided, the index of the undecided ones costs less.
+        live = und.index_select(0, self.proper)
+        if 2 * int(live.sum()) < self.indexed.numel():
+            self._reindex(live)
         q, r = self.index.intersecting(self.slot.index_select(0, boxes), self.size_ratio)
-        if self.proper.numel() < self.done.numel():
-            q, r = self.proper.index_select(0, q), self.proper.index_select(0, r)
-        a, b = q, r
+        q, r = self.indexed.index_select(0, q), self.indexed.index_select(0, r)
+        on = torch.nonzero(und.index_select(0, r)).squeeze(1)
+        a, b = q.index_select(0, on), r.index_select(0, on)
         ta, tb = self.table.index_select(0, a), self.table.index_select(0, b)
         ovr = pair_iou(ta[:, :4], ta[:, 4], tb[:, :4], tb[:, 4], self.params.offset)
         near = ovr > 0
@@ -153,7 +168,7 @@ class PairStore:
         """
         new = torch.nonzero(top & ~self.done).squeeze(1)
         if new.numel():
-            self._find(new)
+            self._find(new, und)
         boxes = torch.nonzero(top).squeeze(1)
         runs = self.count.index_select(0, boxes)
         shift = self.start.index_select(0, boxes) - (torch.cumsum(runs, 0) - runs)

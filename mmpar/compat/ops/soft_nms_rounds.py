@@ -222,9 +222,14 @@ class _Rounds(RoundTakes):
         nan_boxes = nan_boxes or bool((self.status == NAN).any())
         rest = torch.nonzero((self.status == TAKEN) & ~self.replayed).squeeze(1)
         keys, order = torch.sort(self.key.index_select(0, rest), descending=True, stable=True)
-        if nan_boxes or bool((keys[1:] == keys[:-1]).any()):
+        tied = torch.nonzero(keys[1:] == keys[:-1]).squeeze(1)
+        if nan_boxes or (tied.numel() and int(tied[-1]) + 2 == keys.numel()):
             replay = self._replay_to(None)
             return torch.tensor(self.order, dtype=torch.long), replay
+        if tied.numel():  # slots order the boxes down to the lowest equal scores
+            below = int(tied[-1]) + 2
+            self._replay_to(float(keys[below]))
+            order = order[below:]
         rest = self.ids.index_select(0, rest.index_select(0, order))
         return torch.cat((torch.tensor(self.order, dtype=torch.long), rest)), None
 

@@ -135,15 +135,19 @@ def test_pair_store_finds_every_pair_from_the_top_to_undecided_boxes(
     near.fill_diagonal_(False)
     g = torch.Generator().manual_seed(0)
     und = torch.ones(120, dtype=torch.bool)
+    # A box's pairs are found once, to the boxes undecided then (decided ones stay so).
+    found_with = torch.zeros(120, 120, dtype=torch.bool)
     for _ in range(4):  # growing store, boxes decided between calls
         top = und & (torch.rand(120, generator=g) < 0.3)
+        new = top & ~found_with.any(1)
+        found_with[new] = und
         src, dst, w = store.of(top, und)
         got = sorted(zip(src.tolist(), dst.tolist()))
         want = [(i, j) for i in range(120) for j in range(120) if top[i] and und[j] and near[i, j]]
         assert got == want
         assert torch.equal(w, params.weights(ovr[src, dst]))
         est = store.degrees(torch.nonzero(top).squeeze(1))
-        assert torch.equal(est, near[top][:, :].sum(1).double())  # exact once found
+        assert torch.equal(est, (near & found_with)[top].sum(1).double())  # exact once found
         und &= torch.rand(120, generator=g) < 0.8
 
 
@@ -177,3 +181,48 @@ def test_crowding_counts_the_centres_near_each_box() -> None:
     assert count[4] == 1 and bool((count[:4] >= 4).all())
     one = crowding(*(torch.ones(1, dtype=torch.float64) for _ in range(4)))
     assert one.tolist() == [1.0]
+
+
+def test_equal_scores_above_distinct_ones_replay_the_slots_down_to_them(monkeypatch) -> None:  # noqa: ANN001
+    # Equal scores in the top half only: the kernel's slots decide their order, and
+    # the boxes below the lowest of them need no replay (they come in score order).
+    boxes, scores = clusters(400, 3)
+    scores = torch.linspace(0.05, 0.95, 400)[
+        torch.randperm(400, generator=torch.Generator().manual_seed(2))
+    ]
+    high = torch.nonzero(scores > 0.6).squeeze(1)
+    scores[high] = 0.6 + (scores[high] * 16).floor() / 64  # few values, each many times
+    replayed = []
+    take = soft_nms_rounds.SlotReplay.take
+
+    def counted(self, box):  # noqa: ANN001, ANN202
+        replayed.append(box)
+        return take(self, box)
+
+    monkeypatch.setattr(soft_nms_rounds.SlotReplay, "take", counted)
+    for method in ("linear", "gaussian"):
+        params = SoftNMSParams(0.3, 0.5, 1e-3, method, 0)
+        assert_kernel(boxes, scores, params)
+        replayed.clear()
+        inds, kept = soft_nms_rounds.soft_nms_keep(boxes, scores, params)
+        values, counts = torch.unique(kept[1:], return_counts=True)
+        lowest_tie = float(values[counts > 1].min())
+        down_to_it = inds[1:][kept[1:] >= lowest_tie]  # the step-0 box is not replayed
+        assert sorted(replayed) == sorted(down_to_it.tolist())
+        assert 0 < len(replayed) < inds.numel() // 2
+
+
+def test_pair_store_indexes_only_undecided_boxes_once_most_are_decided() -> None:
+    boxes, _ = clusters(200, 4)
+    params = SoftNMSParams(0.3, 0.5, 1e-3, "linear", 0)
+    areas = box_areas(boxes, 0)
+    store = PairStore(boxes, areas, params)
+    ovr = pair_iou(boxes[:, None], areas[:, None], boxes[None], areas[None], 0)
+    near = (ovr > 0) & (ovr >= 0.3)
+    near.fill_diagonal_(False)
+    und = torch.rand(200, generator=torch.Generator().manual_seed(0)) < 0.3  # 70% decided
+    top = und & (torch.arange(200) % 2 == 0)
+    src, dst, _ = store.of(top, und)
+    assert store.indexed.numel() == int(und[store.proper].sum())  # re-indexed
+    want = [(i, j) for i in range(200) for j in range(200) if top[i] and und[j] and near[i, j]]
+    assert sorted(zip(src.tolist(), dst.tolist())) == want
