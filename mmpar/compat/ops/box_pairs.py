@@ -11,12 +11,17 @@ rectangles that start between its left edge less the group's widest rectangle
 and its right edge; a pair met in several strips counts in the first strip the
 two share. The work grows with the rectangles near each query, not with the
 count.
+
+A few rectangles (up to ``_SWEEP``, as many as an image's detections of one
+class) cost less without groups or strips: they are sorted by left edge, and
+each block of queries is compared at once with the run of rectangles that start
+in its reach (:class:`_Sweep`).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Iterator, List, Tuple
+from typing import Iterator, List, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -25,6 +30,10 @@ __all__ = ["RectangleIndex"]
 
 #: Candidate pairs generated at once.
 _CHUNK = 1 << 20
+#: Up to this many rectangles, one sweep (no size groups, no strips) costs less.
+_SWEEP = 1024
+#: Queries a sweep compares at once with the rectangles in their reach.
+_BLOCK = 32
 
 
 def _size_class(xl: Tensor, yl: Tensor, xr: Tensor, yr: Tensor) -> Tensor:
@@ -125,6 +134,48 @@ class _Strips:
         return torch.cat(found_k), torch.cat(found_r)
 
 
+class _Sweep:
+    """All the rectangles ``ids`` of a small index, sorted by left edge.
+
+    A block of :data:`_BLOCK` queries (sorted by left edge too) meets only the
+    rectangles that start between its first left edge less the widest rectangle
+    and its last right edge: one run of the sorted rectangles, compared with
+    every query of the block at once.
+    """
+
+    def __init__(self, ids: Tensor, xl: Tensor, yl: Tensor, xr: Tensor, yr: Tensor) -> None:
+        order = torch.argsort(xl, stable=True)
+        self.ids = ids.index_select(0, order)
+        self.edges = torch.stack((xl, yl, xr, yr)).index_select(1, order)  # (4, n)
+        self.widest = float((xr - xl).max())
+
+    def intersecting(
+        self, qxl: Tensor, qyl: Tensor, qxr: Tensor, qyr: Tensor
+    ) -> Tuple[Tensor, Tensor]:
+        """``(k, r)``: query ``k`` (a position in the query tensors) meets rectangle ``ids[r]``."""
+        n_q = qxl.numel()
+        by_left = torch.argsort(qxl, stable=True)
+        blocks = -(-n_q // _BLOCK)
+        # Queries in blocks of the same size: the last one repeated, then masked off.
+        fill = torch.arange(blocks * _BLOCK).clamp(max=n_q - 1)
+        slot = by_left.index_select(0, fill)
+        q = torch.stack((qxl, qyl, qxr, qyr)).index_select(1, slot).view(4, blocks, _BLOCK)
+        left = self.edges[0]
+        lo = torch.searchsorted(left, q[0, :, 0] - self.widest)
+        hi = torch.searchsorted(left, q[2].amax(1), right=True)
+        run = (hi - lo).clamp(min=0)
+        width = int(run.max())
+        at = (lo[:, None] + torch.arange(width)).clamp(max=left.numel() - 1)  # (blocks, width)
+        e = self.edges.index_select(1, at.view(-1)).view(4, blocks, 1, width)
+        qe = q[..., None]  # (4, blocks, _BLOCK, 1)
+        meet = (e[2] >= qe[0]) & (e[0] <= qe[2]) & (e[3] >= qe[1]) & (e[1] <= qe[3])
+        meet &= (torch.arange(width) < run[:, None])[:, None, :]
+        meet &= (torch.arange(blocks * _BLOCK) < n_q).view(blocks, _BLOCK, 1)
+        block, row, col = torch.nonzero(meet).unbind(1)
+        k = slot.index_select(0, block * _BLOCK + row)
+        return k, at.view(-1).index_select(0, block * width + col)
+
+
 class RectangleIndex:
     """Closed rectangles ``[xl, xr] x [yl, yr]``, indexed for :meth:`intersecting`.
 
@@ -135,7 +186,11 @@ class RectangleIndex:
     def __init__(self, xl: Tensor, yl: Tensor, xr: Tensor, yr: Tensor) -> None:
         self.xl, self.yl, self.xr, self.yr = xl, yl, xr, yr
         self.size = _size_class(xl, yl, xr, yr)
-        self.groups: List[Tuple[int, _Strips]] = []
+        self.groups: List[Tuple[int, Union[_Strips, _Sweep]]] = []
+        if 0 < xl.numel() <= _SWEEP:
+            self.sweep = _Sweep(torch.arange(xl.numel()), xl, yl, xr, yr)
+            return
+        self.sweep = None
         for c in torch.unique(self.size).tolist():
             ids = torch.nonzero(self.size == c).squeeze(1)
             edges = (t.index_select(0, ids) for t in (xl, yl, xr, yr))
@@ -143,9 +198,12 @@ class RectangleIndex:
 
     def _near_groups(
         self, query: Tensor, size_ratio: float
-    ) -> Iterator[Tuple[_Strips, Tensor, List[Tensor]]]:
+    ) -> Iterator[Tuple[Union[_Strips, _Sweep], Tensor, List[Tensor]]]:
         """Each size group, with the queries that may meet it: positions, edges."""
         edges = [t.index_select(0, query) for t in (self.xl, self.yl, self.xr, self.yr)]
+        if self.sweep is not None:  # one group: all the queries, whatever their size
+            yield self.sweep, torch.arange(query.numel()), edges
+            return
         size = self.size.index_select(0, query)
         reach = 1 << 40 if size_ratio <= 0 else math.ceil(math.log2(1 / size_ratio)) + 1
         for c, group in self.groups:

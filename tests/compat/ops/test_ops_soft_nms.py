@@ -186,8 +186,9 @@ def test_rounds_are_the_kernel(case: int, small_epochs: bool, monkeypatch) -> No
         assert torch.equal(steps[1].nan_to_num(-7.0), kept.nan_to_num(-7.0))
 
 
-def test_rounds_float64_and_many_boxes() -> None:  # more than _FEW_BOXES
-    boxes, scores = random_boxes(800, seed=31, size=300.0)
+@pytest.mark.parametrize("n", [800, 1600])  # more than _FEW_BOXES; a sweep, then strips
+def test_rounds_float64_and_many_boxes(n: int) -> None:
+    boxes, scores = random_boxes(n, seed=31, size=300.0 * (n / 800) ** 0.5)
     scores = (scores * 40).floor() / 40
     for method in ("linear", "gaussian"):
         params = SoftNMSParams(0.3, 0.5, 1e-3, method, 0)
@@ -210,21 +211,23 @@ def test_falls_back_to_the_steps_where_scores_can_rise() -> None:
     assert inds.tolist() == ref_soft_nms(boxes.numpy(), scores.numpy(), 0.0, 0.5, 0.0, "naive")[0]
 
 
-def test_rectangle_index_finds_every_intersecting_pair() -> None:
+@pytest.mark.parametrize("n", [1, 150, 1500])  # one sweep, then size groups in strips
+def test_rectangle_index_finds_every_intersecting_pair(n: int) -> None:
     for seed in range(6):
         g = torch.Generator().manual_seed(seed)
-        n = 150
-        xy = torch.rand(n, 2, generator=g, dtype=torch.float64) * 100
+        xy = torch.rand(n, 2, generator=g, dtype=torch.float64) * 100 * (n / 150) ** 0.5
         wh = torch.rand(n, 2, generator=g, dtype=torch.float64) ** 3 * 80
         if seed % 2:
             xy, wh = xy.round(), (wh * 4).round() / 4  # touching edges, zero sizes
         xl, yl = xy.unbind(1)
         xr, yr = xl + wh[:, 0], yl + wh[:, 1]
-        query = torch.randperm(n, generator=g)[:60]
+        query = torch.randperm(n, generator=g)[: max(1, 2 * n // 5)]
         q, r = RectangleIndex(xl, yl, xr, yr).intersecting(query)
         got = list(zip(q.tolist(), r.tolist()))
         meets = (torch.maximum(xl[:, None], xl) <= torch.minimum(xr[:, None], xr)) & (
             torch.maximum(yl[:, None], yl) <= torch.minimum(yr[:, None], yr)
         )
-        want = {(i, j) for i in query.tolist() for j in range(n) if i != j and meets[i, j]}
+        meets.fill_diagonal_(False)
+        i, j = torch.nonzero(meets[query]).unbind(1)
+        want = set(zip(query[i].tolist(), j.tolist()))
         assert len(got) == len(set(got)) and set(got) == want

@@ -17,7 +17,7 @@ from typing import Tuple
 import pytest
 import torch
 
-from mmpar.compat.ops import soft_nms_rounds
+from mmpar.compat.ops import box_pairs, soft_nms_rounds
 from mmpar.compat.ops.soft_nms_kernel import SoftNMSParams, box_areas, pair_iou, soft_nms_steps
 from mmpar.compat.ops.soft_nms_pairs import PairStore, crowding
 from tests.compat.ops._nms_reference import ref_soft_nms
@@ -51,9 +51,12 @@ def assert_kernel(boxes: torch.Tensor, scores: torch.Tensor, params: SoftNMSPara
     [("linear", 0.3, 1e-3), ("gaussian", 0.3, 1e-3), ("naive", 0.5, 0.0), ("linear", 0.5, 0.2)],
 )
 @pytest.mark.parametrize("small_epochs", [False, True])
+@pytest.mark.parametrize("sweep", [True, False])  # the index of a few boxes, or of many
 def test_dense_clusters_are_the_kernel(
-    method: str, thr: float, min_score: float, small_epochs: bool, monkeypatch
+    method: str, thr: float, min_score: float, small_epochs: bool, sweep: bool, monkeypatch
 ) -> None:  # noqa: ANN001
+    if not sweep:
+        monkeypatch.setattr(box_pairs, "_SWEEP", 0)
     if small_epochs:  # many epochs, cut by the guessed pairs
         monkeypatch.setattr(soft_nms_rounds, "_EPOCH_PAIRS", 300)
         monkeypatch.setattr(soft_nms_rounds, "_EPOCH_MIN", 4)
