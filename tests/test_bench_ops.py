@@ -85,9 +85,13 @@ def test_nms_rows_cover_soft_nms_cases_and_batched_nms_with_targets() -> None:
         )
     ]
     assert all(r[2] == "torchvision nms" and r[6] == "<= 3x" for r in soft)
-    (batched,) = [r for r in rows if r[0] == "batched_nms"]
+    batched, per_image = [r for r in rows if r[0] == "batched_nms"]
     assert batched[2] == "torchvision batched_nms" and batched[6] == "<= 1.2x"
-    assert len(calls) == len(rows) == 6
+    assert per_image[1] == (
+        "100 boxes, crowded, 80 classes, soft_nms linear (mmdet's test-time call)"
+    )
+    assert per_image[2] == "torchvision batched_nms" and per_image[6] == ""
+    assert len(calls) == len(rows) == 7
     assert section._format(rows[0]) == (
         "| soft_nms | 1k boxes, sparse, linear, iou_threshold 0.3 | torchvision nms "
         "| 2.0 | 1.0 | 2.00x | <= 3x |"

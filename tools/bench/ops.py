@@ -13,8 +13,9 @@ round by round; the figures are medians, the ratio the median of the per-round r
   forward and forward + backward, against ``RoIAlign`` avg with the same sampling;
 * ``soft_nms`` (10,000 boxes: sparse, crowded, clustered; ``linear`` and ``gaussian``)
   against ``torchvision.ops.nms`` at the same threshold, and ``batched_nms`` (10,000
-  boxes, 80 classes) against ``torchvision.ops.batched_nms``: the rows of
-  ``tools/bench/ops_nms.py`` (its docstring describes the boxes);
+  boxes, 80 classes; and mmdet's per-image soft_nms call, 1,000 boxes) against
+  ``torchvision.ops.batched_nms``: the rows of ``tools/bench/ops_nms.py`` (its
+  docstring describes the boxes);
 * ``box_iou_rotated`` (2000 x 2000) and ``nms_rotated`` (10,000 boxes) against
   torchvision's ``box_iou`` and ``nms`` on the boxes' axis-aligned counterparts (the
   same centres and sizes): what the rotation costs.
