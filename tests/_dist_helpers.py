@@ -84,6 +84,8 @@ import traceback
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 __all__ = [
+    "LAUNCH_VARS",
+    "clear_launch_env",
     "free_port",
     "run_launcher",
     "run_workers",
@@ -93,6 +95,40 @@ __all__ = [
 ]
 
 _KILL_GRACE_S = 5.0
+
+#: What launchers set (torchrun, SLURM, Open MPI) and ``init_dist`` exports.
+LAUNCH_VARS = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "SLURM_NODELIST",
+    "SLURM_LOCALID",
+    "SLURM_NTASKS_PER_NODE",
+    "SLURM_STEP_TASKS_PER_NODE",
+    "SLURM_TASKS_PER_NODE",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "OMPI_COMM_WORLD_LOCAL_SIZE",
+)
+
+
+def clear_launch_env(monkeypatch: Any) -> Any:
+    """Removes :data:`LAUNCH_VARS` until ``monkeypatch`` (a ``pytest.MonkeyPatch``) undoes.
+
+    Its undo puts each one back as it was, and removes one a test set in between
+    (``init_dist`` exports ``RANK`` and ``WORLD_SIZE`` in the test's own process).
+    ``delenv`` alone records nothing for a variable that is absent.
+    """
+    for name in LAUNCH_VARS:
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+    return monkeypatch
 
 
 def free_port() -> int:

@@ -35,31 +35,22 @@ from mmpar.dist import (
     slurm_first_host,
     sync_random_seed,
 )
-from tests._dist_helpers import free_port, run_launcher, run_workers, with_new_master_port
+from tests._dist_helpers import (
+    LAUNCH_VARS,
+    clear_launch_env,
+    free_port,
+    run_launcher,
+    run_workers,
+    with_new_master_port,
+)
 
 REPO = Path(__file__).resolve().parents[1]
-_LAUNCH_VARS = (
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "SLURM_PROCID",
-    "SLURM_NTASKS",
-    "SLURM_LOCALID",
-    "SLURM_NODELIST",
-    "OMPI_COMM_WORLD_RANK",
-    "OMPI_COMM_WORLD_SIZE",
-    "OMPI_COMM_WORLD_LOCAL_RANK",
-)
 
 
 @pytest.fixture
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     """No launcher variables in the environment; restored afterwards."""
-    for name in _LAUNCH_VARS:
-        monkeypatch.delenv(name, raising=False)
-    return monkeypatch
+    return clear_launch_env(monkeypatch)
 
 
 # --------------------------------------------------------------------------- #
@@ -387,7 +378,7 @@ _CPU_DEFAULT: Optional[str] = "gloo" if torch.cuda.is_available() else None
 
 
 def _clear_launch_env() -> None:
-    for name in _LAUNCH_VARS:
+    for name in LAUNCH_VARS:
         os.environ.pop(name, None)
 
 
@@ -506,7 +497,7 @@ _MISSING_PEER = textwrap.dedent(
 
 @pytest.mark.parametrize("rank", [0, 1])
 def test_missing_peer_raises_after_timeout(rank: int) -> None:
-    env = {k: v for k, v in os.environ.items() if k not in _LAUNCH_VARS}
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
     env.update(
         RANK=str(rank),
         WORLD_SIZE="2",

@@ -6,6 +6,8 @@ same cases end to end with torchrun on a GPU machine.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -14,31 +16,12 @@ from mmpar.data import SyntheticShapes, build_dataloader
 from mmpar.dist import check_gpu_per_process, init_dist
 from mmpar.models import build_model
 from mmpar.runner.launch import run_device, wrap_model
-from tests._dist_helpers import free_port
-
-_LAUNCH_VARS = (
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "SLURM_PROCID",
-    "SLURM_NTASKS",
-    "SLURM_NODELIST",
-    "SLURM_LOCALID",
-    "SLURM_NTASKS_PER_NODE",
-    "SLURM_STEP_TASKS_PER_NODE",
-    "SLURM_TASKS_PER_NODE",
-    "OMPI_COMM_WORLD_LOCAL_SIZE",
-)
+from tests._dist_helpers import LAUNCH_VARS, clear_launch_env, free_port
 
 
 @pytest.fixture
 def env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
-    for name in _LAUNCH_VARS:
-        monkeypatch.delenv(name, raising=False)
-    return monkeypatch
+    return clear_launch_env(monkeypatch)
 
 
 def _fake_gpus(monkeypatch: pytest.MonkeyPatch, count: int) -> list:
@@ -143,3 +126,14 @@ def test_build_dataloader_pins_by_default_exactly_when_cuda_is_available(
     assert build_dataloader(dataset, 2, 0, seed=0, pin_memory=False).pin_memory is False
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert build_dataloader(dataset, 2, 0, seed=0).pin_memory is False
+
+
+def test_env_fixture_removes_what_init_dist_exports_in_the_test_process() -> None:
+    # init_dist("slurm") exports RANK, WORLD_SIZE, ... in this process: the fixture's
+    # undo must remove them, or a later test's children start as rank 3 of 4.
+    before = {name: os.environ.get(name) for name in LAUNCH_VARS}
+    patch = pytest.MonkeyPatch()
+    clear_launch_env(patch)
+    os.environ.update(RANK="3", WORLD_SIZE="4", MASTER_PORT="1234")
+    patch.undo()
+    assert {name: os.environ.get(name) for name in LAUNCH_VARS} == before
