@@ -18,7 +18,8 @@ zero area) counts as 0, weight 1 (mmcv's ``gaussian`` turns the score NaN).
 
 from __future__ import annotations
 
-from typing import Dict, List, Tuple
+import heapq
+from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 import torch
 from torch import Tensor
@@ -167,23 +168,29 @@ class SlotReplay:
         self.end = len(self.slots)
         #: taken box -> the boxes dropped at its step
         self.drops: Dict[int, List[int]] = {}
+        #: the live boxes whose slot the last :meth:`take` changed
+        self.moved: List[int] = []
 
     def add_drops(self, by: Tensor, dropped: Tensor) -> None:
         """Records that each ``dropped[k]`` was dropped at the step that took ``by[k]``."""
         for taker, box in zip(by.tolist(), dropped.tolist()):
             self.drops.setdefault(taker, []).append(box)
 
-    def first(self, boxes: List[int]) -> int:
-        """Which of ``boxes`` (live) comes first in slot order."""
-        return min(boxes, key=self.pos.__getitem__)
+    def drop(self, taker: int, dropped: List[int]) -> None:
+        """Records that the boxes ``dropped`` were dropped at the step that took ``taker``."""
+        self.drops.setdefault(taker, []).extend(dropped)
 
     def take(self, box: int) -> None:
-        """The kernel's step that takes ``box``: the swap, then the refills of its drops."""
+        """The kernel's step that takes ``box``: the swap, then the refills of its drops.
+
+        :attr:`moved` lists the live boxes whose slot it changed.
+        """
         slots, pos, front = self.slots, self.pos, self.front
         p, other = pos[box], slots[front]
         slots[p], pos[other] = other, p
         slots[front], pos[box] = box, front
         self.front = front + 1
+        self.moved = [other]
         dropped = self.drops.pop(box, None)
         if not dropped:
             return
@@ -196,8 +203,41 @@ class SlotReplay:
                     break
                 moved = slots[self.end]
                 slots[hole], pos[moved] = moved, hole
+                self.moved.append(moved)
                 if moved not in gone:
                     break
+
+    def take_in_slot_order(
+        self, group: Set[int], step: Optional[Callable[[int], Iterable[int]]] = None
+    ) -> List[int]:
+        """Takes the boxes of ``group`` (live), each time the first in slot order.
+
+        Args:
+            group: The boxes; emptied.
+            step: Called with each box as it is taken, before its swap: records the
+                boxes dropped at its step (:meth:`drop`) and returns those of
+                ``group`` it takes out of it (lowered below the others).
+
+        Returns:
+            The boxes in the order taken.
+        """
+        pos = self.pos
+        heap = [(pos[box], box) for box in group]
+        heapq.heapify(heap)
+        done: List[int] = []
+        while group:
+            at, box = heapq.heappop(heap)
+            if box not in group or pos[box] != at:  # taken, left, or moved since pushed
+                continue
+            group.discard(box)
+            if step is not None:
+                group.difference_update(step(box))
+            self.take(box)
+            done.append(box)
+            for moved in self.moved:
+                if moved in group:
+                    heapq.heappush(heap, (pos[moved], moved))
+        return done
 
     def take_in_order(self, boxes: List[int], keys: List[float]) -> List[int]:
         """Takes ``boxes``, sorted by descending ``keys``; equal keys in slot order.
@@ -211,12 +251,11 @@ class SlotReplay:
             j = k + 1
             while j < len(boxes) and keys[j] == keys[k]:
                 j += 1
-            group = boxes[k:j]
-            while group:
-                box = group[0] if len(group) == 1 else self.first(group)
-                group.remove(box)
-                self.take(box)
-                done.append(box)
+            if j == k + 1:
+                self.take(boxes[k])
+                done.append(boxes[k])
+            else:
+                done += self.take_in_slot_order(set(boxes[k:j]))
             k = j
         return done
 

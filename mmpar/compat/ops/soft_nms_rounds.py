@@ -56,6 +56,7 @@ from mmpar.compat.ops.soft_nms_kernel import (
     refill_order,
     soft_nms_steps,
 )
+from mmpar.compat.ops.soft_nms_level import take_level
 from mmpar.compat.ops.soft_nms_pairs import PairStore
 from mmpar.compat.ops.soft_nms_take import NAN, TAKEN, UNDECIDED, RoundTakes
 
@@ -112,11 +113,11 @@ class _Rounds(RoundTakes):
                 tau = torch.topk(self.key[und], epoch, sorted=False).values.min()
                 top = und & (self.key > tau)
                 if not bool(top.any()):  # the ``epoch`` best scores are equal
-                    self._break_tie(und)
+                    self._take_level(und)
                     continue
             top, tau = self._fewer(top, tau)
             if not bool(top.any()):  # equal scores at the top
-                self._break_tie(und)
+                self._take_level(und)
                 continue
             pairs = self.pairs.of(top, und)
             looked, before = int(top.sum()), int((self.status == TAKEN).sum())
@@ -126,7 +127,7 @@ class _Rounds(RoundTakes):
                     # Equal scores meet: the stricter rule, which takes none of them.
                     ready = self.ready_two_hops(top, pairs)
                     if not bool(ready.any()):  # equal scores block the top
-                        self._break_tie(und)
+                        self._take_level(und)
                         break
                     self.take(ready, pairs)
                 und = self.status == UNDECIDED
@@ -189,28 +190,20 @@ class _Rounds(RoundTakes):
         self.order += self.replay.take_in_order(self.ids[local].tolist(), keys.tolist())
         return self.replay
 
-    def _break_tie(self, und: Tensor) -> None:
-        """Equal scores block the top: the kernel takes the one first in slot order."""
+    def _take_level(self, und: Tensor) -> None:
+        """Equal scores block the top: the kernel takes them in slot order (:func:`take_level`)."""
         top = float(self.key[und].max())
         replay = self._replay_to(top)
-        level = torch.nonzero(((self.status == TAKEN) & ~self.replayed) | und).squeeze(1)
-        level = level[self.key[level] == top]
-        local_of = dict(zip(self.ids[level].tolist(), level.tolist()))
-        group = list(local_of)
-        while True:  # ends at the first undecided box: there is one at the top
-            box = replay.first(group)
-            group.remove(box)
-            local = local_of[box]
-            undecided = bool(und[local])
-            if undecided:
-                one = torch.arange(und.numel()) == local
-                self.take(one, self.pairs.of(one, und))
-                self._flush_drops()
-            self.replayed[local] = True
-            replay.take(box)
-            self.order.append(box)
-            if undecided:
-                return
+        at_top = self.key == top
+        level = torch.nonzero(at_top & ((self.status == TAKEN) & ~self.replayed | und)).squeeze(1)
+
+        def find(boxes: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+            return self.pairs.of(torch.zeros_like(und).index_fill_(0, boxes, True), und)
+
+        self.order += take_level(
+            replay, self.ids, self.key, self.status, level, find, self.params.min_score
+        )
+        self.replayed[level[self.status.index_select(0, level) == TAKEN]] = True
 
     def taken(self, nan_boxes: bool) -> Tuple[Tensor, Optional[SlotReplay]]:
         """The boxes taken after step 0, in the kernel's order.

@@ -17,7 +17,7 @@ from typing import Tuple
 import pytest
 import torch
 
-from mmpar.compat.ops import box_pairs, soft_nms_rounds
+from mmpar.compat.ops import box_pairs, soft_nms_level, soft_nms_rounds
 from mmpar.compat.ops.soft_nms_kernel import SoftNMSParams, box_areas, pair_iou, soft_nms_steps
 from mmpar.compat.ops.soft_nms_pairs import PairStore, crowding
 from tests.compat.ops._nms_reference import ref_soft_nms
@@ -229,3 +229,45 @@ def test_pair_store_indexes_only_undecided_boxes_once_most_are_decided() -> None
     assert store.indexed.numel() == int(und[store.proper].sum())  # re-indexed
     want = [(i, j) for i in range(200) for j in range(200) if top[i] and und[j] and near[i, j]]
     assert sorted(zip(src.tolist(), dst.tolist())) == want
+
+
+@pytest.mark.parametrize("batch", [16, 1])  # pairs found a few at a time, or one by one
+@pytest.mark.parametrize("kind", ["all equal", "few levels", "copies"])
+def test_levels_of_equal_scores_are_the_kernel(kind: str, batch: int, monkeypatch) -> None:  # noqa: ANN001
+    # Equal scores that block the top are taken in the kernel's slot order, each
+    # lowering (or dropping) the boxes it overlaps, their pairs found as they near
+    # their turn: a box may come before the ones whose pairs were found.
+    monkeypatch.setattr(soft_nms_level, "_BATCH", batch)
+    monkeypatch.setattr(soft_nms_level, "_BATCH_MIN", batch)
+    for seed in range(3):
+        boxes, scores = clusters(150 + 150 * seed, seed)
+        if kind == "all equal":
+            scores = torch.full_like(scores, (0.5, 1.0, 0.0)[seed])
+        elif kind == "few levels":
+            scores = (scores * 4).floor() / 8 + 0.1
+        else:  # a third of the boxes copied, scores too
+            k = boxes.shape[0] // 3
+            boxes[-k:], scores[-k:] = boxes[:k], scores[:k]
+        for method, thr, min_score in (("linear", 0.3, 1e-3), ("gaussian", 0.5, 0.05)):
+            params = SoftNMSParams(thr, 0.5, min_score, method, seed % 2)
+            assert_kernel(boxes, scores, params)
+            assert_kernel(boxes.double(), scores.double(), params)
+        assert_kernel(boxes, scores, SoftNMSParams(0.5, 0.5, 0.3, "naive", 0))
+
+
+def test_a_level_of_equal_scores_finds_its_pairs_in_a_few_calls(monkeypatch) -> None:  # noqa: ANN001
+    # 600 boxes of one score: each used to find its pairs alone (one call per box).
+    boxes, scores = clusters(600, 1)
+    boxes[:, 0::2] += torch.arange(600)[:, None] * 40.0  # mostly apart
+    scores = torch.full((600,), 0.5)
+    calls = []
+    of = PairStore.of
+
+    def counted(self, *args):  # noqa: ANN001, ANN202
+        calls.append(1)
+        return of(self, *args)
+
+    monkeypatch.setattr(PairStore, "of", counted)
+    params = SoftNMSParams(0.3, 0.5, 1e-3, "linear", 0)
+    assert_kernel(boxes, scores, params)
+    assert len(calls) <= 20
