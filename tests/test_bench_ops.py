@@ -73,7 +73,7 @@ def test_nms_rows_cover_soft_nms_cases_and_batched_nms_with_targets() -> None:
         return 0.002, 0.001, 2.0
 
     rows = section.ops_nms.rows(True, fake_compare)
-    soft = [r for r in rows if r[0] == "soft_nms"]
+    *soft, ties = [r for r in rows if r[0] == "soft_nms"]
     assert [r[1] for r in soft] == [
         f"1k boxes, {kind}, {method}, iou_threshold 0.3"
         for method, kind in (
@@ -84,6 +84,8 @@ def test_nms_rows_cover_soft_nms_cases_and_batched_nms_with_targets() -> None:
             ("gaussian", "clustered"),
         )
     ]
+    assert ties[1] == "1k boxes, sparse, linear, iou_threshold 0.3, one score for all"
+    assert ties[2] == "torchvision nms" and ties[6] == ""
     assert all(r[2] == "torchvision nms" and r[6] == "<= 3x" for r in soft)
     batched, per_image = [r for r in rows if r[0] == "batched_nms"]
     assert batched[2] == "torchvision batched_nms" and batched[6] == "<= 1.2x"
@@ -91,7 +93,7 @@ def test_nms_rows_cover_soft_nms_cases_and_batched_nms_with_targets() -> None:
         "100 boxes, crowded, 80 classes, soft_nms linear (mmdet's test-time call)"
     )
     assert per_image[2] == "torchvision batched_nms" and per_image[6] == ""
-    assert len(calls) == len(rows) == 7
+    assert len(calls) == len(rows) == 8
     assert section._format(rows[0]) == (
         "| soft_nms | 1k boxes, sparse, linear, iou_threshold 0.3 | torchvision nms "
         "| 2.0 | 1.0 | 2.00x | <= 3x |"

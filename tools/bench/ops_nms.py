@@ -17,6 +17,9 @@ above 0), whatever the threshold. batched_nms (80 classes, ``split_thr`` at its
 default, so class by class as in mmcv) against ``torchvision.ops.batched_nms``
 (class by class too, above 4,000 boxes on the CPU).
 
+A soft_nms row with one score for every box times the kernel's order among equal
+scores (its slots), which the other rows rarely reach; no target either.
+
 One more row is what mmdet 2.x runs per image at test time with a ``soft_nms``
 config: ``batched_nms`` of 1,000 crowded boxes of 80 classes (each class moved
 apart, one soft_nms call), against torchvision's ``batched_nms`` of the same
@@ -95,6 +98,11 @@ def rows(quick: bool, compare: Compare) -> List[Row]:
         )
         case = f"{count}, {kind}, {method}, iou_threshold 0.3"
         out.append(("soft_nms", case, "torchvision nms", ours, ref, ratio, SOFT_NMS_TARGET))
+    b, s = boxes("sparse", n)
+    s = torch.full_like(s, 0.5)
+    ours, ref, ratio = compare(lambda: soft_nms(b, s, 0.3), lambda: tv.nms(b, s, 0.3), rounds)
+    case = f"{count}, sparse, linear, iou_threshold 0.3, one score for all"
+    out.append(("soft_nms", case, "torchvision nms", ours, ref, ratio, ""))
     b, s = boxes("crowded", n)
     idxs = torch.randint(0, 80, (n,), generator=torch.Generator().manual_seed(1))
     cfg = dict(iou_threshold=0.5)
