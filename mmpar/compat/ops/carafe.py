@@ -21,6 +21,7 @@ by ``group_size``), the error is an ``ArgumentError``: a ``ValueError`` and an
 
 from __future__ import annotations
 
+import math
 from typing import Union
 
 import torch
@@ -41,7 +42,12 @@ __all__ = [
 
 
 def _as_int(op: str, name: str, value: Union[int, float], minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value != int(value)
+    ):
         raise TypeError(f"{op}: {name} must be an int, found {value!r}")
     if int(value) < minimum:
         raise ArgumentError(f"{op}: {name} must be >= {minimum}, found {value!r}")
@@ -225,16 +231,19 @@ class CARAFEPack(nn.Module):
     ) -> None:
         super().__init__()
         op = "mmcv.ops.CARAFEPack"
-        for name, value, minimum in (
-            ("channels", channels, 1),
-            ("scale_factor", scale_factor, 1),
-            ("up_kernel", up_kernel, 1),
-            ("up_group", up_group, 1),
-            ("encoder_kernel", encoder_kernel, 1),
-            ("encoder_dilation", encoder_dilation, 1),
-            ("compressed_channels", compressed_channels, 1),
-        ):
-            _as_int(op, name, value, minimum)
+        # As ints (mmcv takes 2.0 for 2): nn.Conv2d refuses float sizes.
+        channels, scale_factor, up_kernel, up_group, encoder_kernel = (
+            _as_int(op, name, value, 1)
+            for name, value in (
+                ("channels", channels),
+                ("scale_factor", scale_factor),
+                ("up_kernel", up_kernel),
+                ("up_group", up_group),
+                ("encoder_kernel", encoder_kernel),
+            )
+        )
+        encoder_dilation = _as_int(op, "encoder_dilation", encoder_dilation, 1)
+        compressed_channels = _as_int(op, "compressed_channels", compressed_channels, 1)
         if up_kernel % 2 != 1:
             raise ArgumentError(f"{op}: up_kernel must be odd, found {up_kernel}")
         if channels % up_group:
@@ -287,6 +296,8 @@ class CARAFEPack(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """(N, channels, H, W) -> (N, channels, H * scale_factor, W * scale_factor)."""
+        if isinstance(x, Tensor) and not x.is_floating_point():
+            raise TypeError(f"mmcv.ops.CARAFEPack: x must be floating point, found {x.dtype}")
         if not isinstance(x, Tensor) or x.dim() != 4 or x.size(1) != self.channels:
             found = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
             raise ValueError(

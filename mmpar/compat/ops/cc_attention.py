@@ -46,16 +46,18 @@ class CrissCrossAttention(nn.Module):
     the learnable ``gamma`` (initially 0), is added to the input.
 
     Args:
-        in_channels: Channels of the input; query and key have ``in_channels // 8``.
+        in_channels: Channels of the input, at least 8; query and key have
+            ``in_channels // 8``.
 
     Raises:
         TypeError: ``in_channels`` is not an int.
-        ValueError: ``in_channels`` is below 1.
+        ValueError: ``in_channels`` is below 8.
     """
 
     def __init__(self, in_channels: int) -> None:
         super().__init__()
-        check_int("mmcv.ops.CrissCrossAttention", "in_channels", in_channels, 1)
+        # Below 8 the query and key convs have no channels, and nn.Conv2d fails in forward.
+        check_int("mmcv.ops.CrissCrossAttention", "in_channels", in_channels, 8)
         self.query_conv = nn.Conv2d(in_channels, in_channels // 8, 1)
         self.key_conv = nn.Conv2d(in_channels, in_channels // 8, 1)
         self.value_conv = nn.Conv2d(in_channels, in_channels, 1)

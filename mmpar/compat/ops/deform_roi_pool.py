@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from mmpar.compat.ops.backend import ArgumentError, float_compute_dtype
+from mmpar.compat.ops.backend import ArgumentError, check_int, float_compute_dtype
 from mmpar.compat.ops.roi_align import roi_align
 from mmpar.compat.ops.roi_inputs import (
     Size,
@@ -186,12 +186,14 @@ class _PackBase(DeformRoIPool):
         gamma: float = 0.1,
     ) -> None:
         super().__init__(output_size, spatial_scale, sampling_ratio, gamma)
-        self.output_channels = output_channels
-        self.deform_fc_channels = deform_fc_channels
+        op = f"mmcv.ops.{type(self).__name__}"
+        self.output_channels = check_int(op, "output_channels", output_channels, 1)
+        self.deform_fc_channels = check_int(op, "deform_fc_channels", deform_fc_channels, 1)
         bins = self.output_size[0] * self.output_size[1]
-        self.offset_fc = _linear_head(bins * output_channels, deform_fc_channels, bins * 2, 3)
+        width = bins * self.output_channels
+        self.offset_fc = _linear_head(width, self.deform_fc_channels, bins * 2, 3)
         if self._with_mask:
-            head = _linear_head(bins * output_channels, deform_fc_channels, bins, 2)
+            head = _linear_head(width, self.deform_fc_channels, bins, 2)
             self.mask_fc = nn.Sequential(*head, nn.Sigmoid())
 
     def _pool_with_offsets(self, input: Tensor, rois: Tensor) -> tuple[Tensor, Tensor]:
@@ -202,7 +204,7 @@ class _PackBase(DeformRoIPool):
             rois: (K, 5), (batch index, x1, y1, x2, y2).
 
         Returns:
-            ``(flat, offset)``: (K, PH * PW * C) and (K, 2, PH, PW).
+            ``(flat, offset)``: (K, PH * PW * C) and (K, 2, PH, PW), in the heads' dtype.
         """
         channels = self.output_channels
         if not isinstance(input, Tensor) or input.dim() != 4 or input.size(1) != channels:
@@ -213,6 +215,9 @@ class _PackBase(DeformRoIPool):
             )
         pooled = DeformRoIPool.forward(self, input, rois)
         flat = pooled.reshape(pooled.shape[0], channels * self.output_size[0] * self.output_size[1])
+        # The heads' dtype: a half or double input to a float32 layer (no autocast) would
+        # fail in Linear; the pooling itself takes offsets of any float dtype.
+        flat = flat.to(self.offset_fc[0].weight.dtype)
         offset = self.offset_fc(flat).reshape(flat.shape[0], 2, *self.output_size)
         return flat, offset
 
@@ -269,4 +274,5 @@ class ModulatedDeformRoIPoolPack(_PackBase):
         """
         flat, offset = self._pool_with_offsets(input, rois)
         mask = self.mask_fc(flat).reshape(flat.shape[0], 1, *self.output_size)
-        return super().forward(input, rois, offset) * mask
+        out = super().forward(input, rois, offset)
+        return out * mask.to(out.dtype)

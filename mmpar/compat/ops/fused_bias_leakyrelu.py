@@ -15,6 +15,7 @@ as on mmcv's CPU path. Bad arguments raise one-line errors (mmcv asserts).
 
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Optional
 
@@ -22,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from mmpar.compat.ops.backend import check_float, float_compute_dtype
+from mmpar.compat.ops.backend import check_float, check_int, float_compute_dtype
 
 __all__ = ["FusedBiasLeakyReLU", "bias_leakyrelu_ref", "fused_bias_leakyrelu"]
 
@@ -36,6 +37,8 @@ def _check(op: str, input: Tensor, bias: Optional[Tensor], negative_slope: float
     for name, value in (("negative_slope", negative_slope), ("scale", scale)):
         if not isinstance(value, numbers.Real) or isinstance(value, bool):
             raise TypeError(f"mmcv.ops.{op}: {name} must be a float, got {type(value).__name__}")
+        if not math.isfinite(value):
+            raise ValueError(f"mmcv.ops.{op}: {name} must be finite, got {value}")
     if not scale > 0:
         raise ValueError(f"mmcv.ops.{op}: scale must be > 0, got {scale}")
     if input.dim() < 2:
@@ -75,7 +78,8 @@ def fused_bias_leakyrelu(
 
     Raises:
         TypeError: A non-tensor or non-float input or bias, or a non-number slope or scale.
-        ValueError: ``scale <= 0``, or shapes or devices that disagree.
+        ValueError: ``scale <= 0``, a NaN or infinite slope or scale, or shapes or devices
+            that disagree.
     """
     _check("fused_bias_leakyrelu", input, bias, negative_slope, scale)
     dtype = float_compute_dtype(input.dtype)
@@ -111,6 +115,7 @@ class FusedBiasLeakyReLU(nn.Module):
         self, num_channels: int, negative_slope: float = 0.2, scale: float = 2**0.5
     ) -> None:
         super().__init__()
+        check_int("mmcv.ops.FusedBiasLeakyReLU", "num_channels", num_channels, 0)
         self.bias = nn.Parameter(torch.zeros(num_channels))
         self.negative_slope = negative_slope
         self.scale = scale

@@ -66,6 +66,18 @@ def _check(features: Tensor, mask: Tensor, weight: Tensor, bias: Tensor | None) 
         )
     if not features.is_floating_point():
         raise TypeError(f"{op}: features must be floating point, found {features.dtype}")
+    if mask.is_complex():
+        raise TypeError(f"{op}: mask must be real-valued, found {mask.dtype}")
+    for name, param in (("weight", weight), ("bias", bias)):
+        if param is None and name == "bias":
+            continue
+        if not isinstance(param, Tensor) or not param.is_floating_point():
+            found = param.dtype if isinstance(param, Tensor) else type(param).__name__
+            raise TypeError(f"{op}: {name} must be a floating-point tensor, found {found}")
+        if param.device != features.device:
+            raise ValueError(
+                f"{op}: {name} must be on features' device {features.device}, found {param.device}"
+            )
     if weight.dim() != 4 or weight.size(1) != features.size(1):
         raise ValueError(
             f"{op}: weight must be (C_out, {features.size(1)}, kh, kw), found {tuple(weight.shape)}"
@@ -117,9 +129,10 @@ def masked_conv2d(
 
     Raises:
         UnsupportedOpError: ``stride`` is not 1 (neither is it in mmcv).
-        TypeError: ``features`` is not floating point.
-        ValueError: a negative padding, weight or bias that do not fit, or
-            features smaller than the kernel.
+        TypeError: ``features``, ``weight`` or ``bias`` is not floating point, or
+            ``mask`` is complex.
+        ValueError: a negative padding, weight or bias that do not fit or are on another
+            device, or features smaller than the kernel.
         ArgumentError: features or mask of another shape (mmcv asserts them).
     """
     stride_ = _pair(stride)
@@ -128,12 +141,13 @@ def masked_conv2d(
     pad = int_pair("masked_conv2d", "padding", padding, 0)
     _check(features, mask, weight, bias)
     out_h, out_w = conv_output_size(features.shape[2:], weight.shape[2:], (1, 1), pad, (1, 1))
-    if min(out_h, out_w) < 1:
+    if min(out_h, out_w) < 1 or weight.size(0) == 0:
         if min(out_h, out_w) < 0:
             raise ValueError(
                 f"mmcv.ops.masked_conv2d: features are too small for the kernel (input "
                 f"{tuple(features.shape[2:])}, output would be {(out_h, out_w)})"
             )
+        # Nothing to convolve (F.conv2d refuses a weight of no output channels).
         return features.new_zeros(1, weight.size(0), out_h, out_w)
     keep = _output_mask(mask, out_h, out_w).to(features.device)
     dtype = features.dtype

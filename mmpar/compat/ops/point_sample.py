@@ -228,10 +228,13 @@ def point_sample(
         (mmcv's too) gives.
 
     Raises:
-        TypeError: ``points`` is not floating point.
+        TypeError: ``input`` or ``points`` is not floating point.
         ValueError: shapes or devices that do not fit (batch sizes included).
     """
     _check_points("point_sample", "points", points, (3, 4))
+    if isinstance(input, Tensor) and not input.is_floating_point():
+        # grid_sample refuses it too; the promotion below would read it silently as float.
+        raise TypeError(f"mmcv.ops.point_sample: input must be floating point, got {input.dtype}")
     if not isinstance(input, Tensor) or input.dim() != 4:
         found = tuple(input.shape) if isinstance(input, Tensor) else type(input).__name__
         raise ValueError(f"mmcv.ops.point_sample: input must be (N, C, H, W), got {found}")

@@ -23,9 +23,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from mmpar.compat.ops.backend import float_compute_dtype
+from mmpar.compat.ops.backend import check_int, float_compute_dtype
 from mmpar.compat.ops.roi_align import Size, size_pair
 from mmpar.compat.ops.roi_align_rotated import check_rotated_rois, rotated_roi_average
+from mmpar.compat.ops.roi_inputs import sampling_ratio_value, spatial_scale_value
 
 __all__ = ["RiRoIAlignRotated", "riroi_align_rotated", "rotation_invariant_pool"]
 
@@ -68,18 +69,21 @@ def riroi_align_rotated(
         float32). Differentiable in ``features``; ``rois`` get no gradient.
 
     Raises:
-        TypeError: ``features``, ``rois``, ``out_size`` or ``num_orientations`` of a wrong
-            type.
-        ValueError: A wrong shape or device, ``num_orientations`` not dividing the channels;
+        TypeError: ``features``, ``rois``, ``out_size``, ``spatial_scale``,
+            ``num_samples`` or ``num_orientations`` of a wrong type.
+        ValueError: A wrong shape or device, a ``spatial_scale`` not positive and finite,
+            ``num_orientations`` not dividing the channels;
             on CPU, a batch index out of range or a non-finite roi (elsewhere such a roi
             gives zeros: :func:`rotation_invariant_pool`).
     """
     size = size_pair("riroi_align_rotated", out_size, "out_size")
+    scale = spatial_scale_value("riroi_align_rotated", spatial_scale)
+    samples = sampling_ratio_value(
+        "riroi_align_rotated", num_samples, "num_samples", negative_is_adaptive=True
+    )
     check_rotated_rois("riroi_align_rotated", features, rois, aligned=False)
     orients = _check_orientations("riroi_align_rotated", num_orientations, features.shape[1])
-    return rotation_invariant_pool(
-        features, rois, size, float(spatial_scale), int(num_samples), orients, bool(clockwise)
-    )
+    return rotation_invariant_pool(features, rois, size, scale, samples, orients, bool(clockwise))
 
 
 def rotation_invariant_pool(
@@ -138,11 +142,14 @@ class RiRoIAlignRotated(nn.Module):
         clockwise: bool = False,
     ) -> None:
         super().__init__()
-        size_pair("RiRoIAlignRotated", out_size, "out_size")
+        op = "RiRoIAlignRotated"
+        size_pair(op, out_size, "out_size")
         self.out_size = out_size
-        self.spatial_scale = float(spatial_scale)
-        self.num_samples = int(num_samples)
-        self.num_orientations = int(num_orientations)
+        self.spatial_scale = spatial_scale_value(op, spatial_scale)
+        self.num_samples = sampling_ratio_value(
+            op, num_samples, "num_samples", negative_is_adaptive=True
+        )
+        self.num_orientations = check_int(f"mmcv.ops.{op}", "num_orientations", num_orientations, 1)
         self.clockwise = clockwise
 
     def forward(self, features: Tensor, rois: Tensor) -> Tensor:

@@ -19,7 +19,9 @@ are read in chunks of bounded size, a large roi in blocks of its samples. An ada
 of more than ``2**20`` samples (a roi of some 10^6 pixels) is read only where its samples
 can land within a pixel of the map (:func:`~mmpar.compat.ops.rotated_grid.window_average`):
 the others read 0, so the average is the same, and time and memory are bounded by the
-map's size, not the roi's (mmcv's kernels loop over the whole grid).
+map's size, not the roi's (mmcv's kernels loop over the whole grid). Such a roi whose
+centre or size exceeds ``2**24`` pixels, where float32 cannot place a sample to the pixel,
+has its samples placed in float64.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from torch import Tensor, nn
 
 from mmpar.compat.ops.backend import float_compute_dtype, renamed_kwargs
 from mmpar.compat.ops.roi_align import Size, check_roi_inputs, roi_chunks, size_pair
+from mmpar.compat.ops.roi_inputs import sampling_ratio_value, spatial_scale_value
 from mmpar.compat.ops.rotated_grid import (
     bilinear_entries,
     pixel_table,
@@ -47,6 +50,8 @@ _CHUNK_ENTRIES = 1 << 22
 _INT_MAX = 2**31 - 1  # mmcv's sample counts are C ints
 # Samples of one roi above which an adaptive grid is read by windows near the map.
 _DENSE_SAMPLES = 1 << 20
+# Coordinates above which float32's spacing exceeds a pixel.
+_FLOAT32_PIXELS = 2.0**24
 
 
 def _zero_bins(table: Tensor, rois: int, bins: int) -> Tensor:
@@ -162,6 +167,8 @@ def rotated_roi_average(
         cells = torch.ceil(boxes[:, 3:5].flip(1) / boxes.new_tensor(out_size))
         cells = cells.nan_to_num(0.0, 0.0, 0.0).clamp(0, _INT_MAX).long()
         grid_h, grid_w = cells.unbind(1)
+    if c == 0:  # nothing to read (embedding_bag fails on a table of no columns)
+        return feat.reshape(-1)[:0].reshape(rois.shape[0], 0, ph, pw)
     table = pixel_table(feat)
     if rois.shape[0] == 0:
         return _zero_bins(table, 0, ph * pw).view(0, ph, pw, c).permute(0, 3, 1, 2)
@@ -169,12 +176,22 @@ def rotated_roi_average(
     dense = torch.arange(rois.shape[0], device=rois.device)
     if sampling_ratio <= 0:  # the adaptive grids are on the host below anyway (roi_chunks)
         large = grid_h.double() * grid_w.double() * (ph * pw) > _DENSE_SAMPLES
-        huge = torch.nonzero(large).flatten()
-        if huge.numel():
-            grid = (grid_h[huge], grid_w[huge])
-            pieces.append(window_average(table, boxes[huge], grid, out_size, (h, w)))
-            order.append(huge)
-            dense = torch.nonzero(~large).flatten()
+        # Beyond 2**24 pixels float32 places no sample to the pixel: a window widened by
+        # that rounding grows with the roi (a roi of 1e9 pixels took half a minute, 1e30
+        # hung), so those rois' samples are placed in float64, their windows a few wide.
+        far = large & (boxes[:, 1:5].abs().amax(1) > _FLOAT32_PIXELS)
+        if boxes.dtype == torch.float64:
+            far = torch.zeros_like(far)
+        for select, dtype in ((large & ~far, boxes.dtype), (far, torch.float64)):
+            huge = torch.nonzero(select).flatten()
+            if huge.numel():
+                grid = (grid_h[huge], grid_w[huge])
+                part = window_average(
+                    table.to(dtype), boxes[huge].to(dtype), grid, out_size, (h, w)
+                )
+                pieces.append(part.to(table.dtype))
+                order.append(huge)
+        dense = torch.nonzero(~large).flatten()
     # roi_chunks' budget (1 << 24 elements) at 4 a table entry: _CHUNK_ENTRIES entries.
     for idx, top_h, top_w in roi_chunks(grid_h[dense], grid_w[dense], ph * pw * 4 * 4):
         idx = dense[idx]
@@ -185,7 +202,7 @@ def rotated_roi_average(
             pieces.append(_chunk_pool(table, boxes[idx], grid, (top_h, top_w), out_size, (h, w)))
         order.append(idx)
     out = torch.cat(pieces).index_select(0, torch.argsort(torch.cat(order)))
-    return out.view(-1, ph, pw, c).permute(0, 3, 1, 2)
+    return out.view(rois.shape[0], ph, pw, c).permute(0, 3, 1, 2)
 
 
 def check_rotated_rois(op: str, input: Any, rois: Any, aligned: bool) -> None:
@@ -212,8 +229,9 @@ def roi_align_rotated(
         rois: ``(K, 6)``, ``batch_idx, cx, cy, w, h, angle`` (radians) in image
             coordinates; ``K`` may be 0.
         output_size: ``(PH, PW)``, or one int for both.
-        spatial_scale: Factor from roi to ``input`` coordinates (e.g. 1/16).
-        sampling_ratio: Samples per bin along each axis; ``<= 0``: ``ceil`` of the bin size.
+        spatial_scale: Factor from roi to ``input`` coordinates (e.g. 1/16), positive.
+        sampling_ratio: Samples per bin along each axis, an int; ``<= 0``: ``ceil`` of the
+            bin size.
         aligned: Shift centres by -0.5 pixel (``True``), or mmdet's legacy mode, where rois
             are at least 1x1 (``False``).
         clockwise: The angle turns clockwise in the image (it is negated).
@@ -223,21 +241,25 @@ def roi_align_rotated(
         Differentiable in ``input``; ``rois`` get no gradient.
 
     Raises:
-        TypeError: ``input``, ``rois`` or ``output_size`` of a wrong type.
-        ValueError: A wrong shape or device; on CPU, a batch index out of range, a
+        TypeError: ``input``, ``rois``, ``output_size``, ``spatial_scale`` or
+            ``sampling_ratio`` of a wrong type (2.5 samples too).
+        ValueError: A wrong shape or device, a ``spatial_scale`` not positive and finite;
+            on CPU, a batch index out of range, a
             non-finite roi, or a negative size with ``aligned`` (on other devices, where
             a check would sync, a roi of a batch index out of range or NaN or inf pools
             zeros: :func:`rotated_roi_average`).
     """
     out_size = size_pair("roi_align_rotated", output_size)
+    scale = spatial_scale_value("roi_align_rotated", spatial_scale)
+    ratio = sampling_ratio_value("roi_align_rotated", sampling_ratio, negative_is_adaptive=True)
     check_rotated_rois("roi_align_rotated", input, rois, bool(aligned))
     dtype = float_compute_dtype(input.dtype)
     out = rotated_roi_average(
         input.to(dtype),
         rois.to(dtype),
         out_size,
-        float(spatial_scale),
-        int(sampling_ratio),
+        scale,
+        ratio,
         bool(aligned),
         bool(clockwise),
     )
@@ -272,8 +294,10 @@ class RoIAlignRotated(nn.Module):
     ) -> None:
         super().__init__()
         self.output_size = size_pair("RoIAlignRotated", output_size)
-        self.spatial_scale = float(spatial_scale)
-        self.sampling_ratio = int(sampling_ratio)
+        self.spatial_scale = spatial_scale_value("RoIAlignRotated", spatial_scale)
+        self.sampling_ratio = sampling_ratio_value(
+            "RoIAlignRotated", sampling_ratio, negative_is_adaptive=True
+        )
         self.aligned = aligned
         self.clockwise = clockwise
 

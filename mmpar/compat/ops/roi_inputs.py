@@ -77,21 +77,25 @@ def spatial_scale_value(op: str, value: Any) -> float:
     return scale
 
 
-def sampling_ratio_value(op: str, value: Any) -> int:
-    """``sampling_ratio`` as an int ``>= 0`` (0: adaptive). A float with an integral value
-    passes, as mmcv's ``int()`` takes it; 2.5 does not (mmcv would drop the half)."""
+def sampling_ratio_value(
+    op: str, value: Any, param: str = "sampling_ratio", negative_is_adaptive: bool = False
+) -> int:
+    """``sampling_ratio`` (errors name ``param``) as an int ``>= 0`` (0: adaptive). A float
+    with an integral value passes, as mmcv's ``int()`` takes it; 2.5 does not (mmcv would
+    drop the half). With ``negative_is_adaptive`` a negative int is 0 (the rotated ops'
+    kernels read any ratio ``<= 0`` as adaptive)."""
     if isinstance(value, bool) or not isinstance(value, (numbers.Real, Tensor)):
-        raise TypeError(f"mmcv.ops.{op}: sampling_ratio must be an int >= 0, got {value!r}")
+        raise TypeError(f"mmcv.ops.{op}: {param} must be an int >= 0, got {value!r}")
     try:
         ratio = float(value)
     except (TypeError, ValueError, RuntimeError):
-        raise TypeError(
-            f"mmcv.ops.{op}: sampling_ratio must be an int >= 0, got {value!r}"
-        ) from None
+        raise TypeError(f"mmcv.ops.{op}: {param} must be an int >= 0, got {value!r}") from None
     if not math.isfinite(ratio) or ratio != int(ratio):
-        raise TypeError(f"mmcv.ops.{op}: sampling_ratio must be an int >= 0, got {value!r}")
+        raise TypeError(f"mmcv.ops.{op}: {param} must be an int >= 0, got {value!r}")
+    if ratio < 0 and negative_is_adaptive:
+        return 0
     if ratio < 0:
-        raise ValueError(f"mmcv.ops.{op}: sampling_ratio must be >= 0 (0: adaptive), got {value!r}")
+        raise ValueError(f"mmcv.ops.{op}: {param} must be >= 0 (0: adaptive), got {value!r}")
     return int(ratio)
 
 

@@ -62,7 +62,10 @@ def bilinear_taps(coord: Tensor, size: int) -> tuple[Tensor, Tensor, Tensor, Ten
     edge = low >= size - 1
     high = torch.where(edge, low, low + 1)
     frac = torch.where(edge, torch.zeros_like(coord), coord - low.to(coord.dtype))
-    return low, high, (1.0 - frac) * inside, frac * inside
+    # Selected, not multiplied: an infinite coordinate (a huge box's overflowed sample) has
+    # an infinite frac, and inf * 0 would make its zero weights NaN.
+    zero = torch.zeros_like(frac)
+    return low, high, torch.where(inside, 1.0 - frac, zero), torch.where(inside, frac, zero)
 
 
 def pixel_table(input: Tensor) -> Tensor:

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from mmpar.compat.ops.backend import check_float, float_compute_dtype
+from mmpar.compat.ops.roi_inputs import spatial_scale_value
 from mmpar.compat.ops.rotated_grid import bilinear_entries, pixel_table, read_rows
 
 __all__ = ["rotated_feature_align"]
@@ -66,7 +67,7 @@ def rotated_feature_align(
         best_rbboxes: One box per pixel, ``(N, H, W, 5)`` or any shape ``(..., 5)`` of
             ``N * H * W`` boxes in ``(n, h, w)`` order (mmrotate passes ``(N * H * W, 5)``);
             fields as the module docstring reads them.
-        spatial_scale: Factor from box to feature coordinates.
+        spatial_scale: Factor from box to feature coordinates, positive and finite.
         points: 1 (the centre) or 5 (the centre and the four corners).
 
     Returns:
@@ -74,10 +75,12 @@ def rotated_feature_align(
         differentiable in ``features``.
 
     Raises:
-        TypeError: Inputs not floating-point tensors.
-        ValueError: Wrong shapes, devices, or ``points``.
+        TypeError: Inputs not floating-point tensors, a ``spatial_scale`` not a number.
+        ValueError: Wrong shapes, devices, or ``points``, a ``spatial_scale`` not positive
+            and finite.
     """
     _check(features, best_rbboxes, points)
+    spatial_scale = spatial_scale_value("rotated_feature_align", spatial_scale)
     if features.numel() == 0:
         # Nothing to read; torch's multithreaded embedding_bag fails on a 0-wide table.
         return features.clone()

@@ -210,6 +210,30 @@ def test_pack_bad_arguments():
         CARAFEPack(4, 2, compressed_channels=4)(torch.zeros(1, 3, 2, 2))
 
 
+def test_non_finite_sizes():
+    """A NaN or inf size is a TypeError naming it (Python's int() raised before)."""
+    features, masks = _inputs(1, 2, 3, 3, 3, 1, 2)
+    for name, args in (
+        ("kernel_size", (math.nan, 1, 2)),
+        ("group_size", (3, math.inf, 2)),
+        ("scale_factor", (3, 1, -math.inf)),
+    ):
+        with pytest.raises(TypeError, match=f"carafe: {name} must be an int"):
+            carafe(features, masks, *args)
+    with pytest.raises(TypeError, match="CARAFEPack: scale_factor must be an int"):
+        CARAFEPack(4, math.nan)
+
+
+def test_pack_integral_float_sizes_and_int_input():
+    """Integral float sizes are taken as ints (nn.Conv2d refused them); an integer input is
+    a TypeError naming x."""
+    layer = CARAFEPack(4, 2.0, up_kernel=3.0, compressed_channels=8.0)
+    assert layer.scale_factor == 2 and isinstance(layer.scale_factor, int)
+    assert layer(torch.randn(1, 4, 3, 3)).shape == (1, 4, 6, 6)
+    with pytest.raises(TypeError, match="CARAFEPack: x must be floating point"):
+        layer(torch.zeros(1, 4, 3, 3, dtype=torch.long))
+
+
 # ------------------------------------------------------------------------------ CARAFEPack
 
 

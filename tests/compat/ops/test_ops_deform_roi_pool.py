@@ -268,6 +268,31 @@ def test_bad_settings():
 
 
 @pytest.mark.parametrize("pack_type", [DeformRoIPoolPack, ModulatedDeformRoIPoolPack])
+def test_pack_channels_must_be_positive_ints(pack_type):
+    for name, args, error in (
+        ("output_channels", (2, -1), ValueError),
+        ("output_channels", (2, 2.0), TypeError),
+        ("deform_fc_channels", (2, 2, 0), ValueError),
+        ("deform_fc_channels", (2, 2, None), TypeError),
+    ):
+        with pytest.raises(error, match=f"{pack_type.__name__}: {name} must be an int"):
+            pack_type(*args)
+
+
+@pytest.mark.parametrize("pack_type", [DeformRoIPoolPack, ModulatedDeformRoIPoolPack])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float64])
+def test_pack_of_another_dtype_than_its_input(pack_type, dtype):
+    """A float32 Pack on a half or double input (no autocast): the heads run in their
+    dtype, the pooling and the result in the input's (Linear refused the mix)."""
+    inp, rois, _ = make()
+    layer = pack_type((2, 3), inp.shape[1], 8, 0.5)
+    out = layer(inp.to(dtype), rois.to(dtype))
+    assert out.dtype == dtype
+    expected = layer(inp.float(), rois.float())
+    torch.testing.assert_close(out.float(), expected, atol=1e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("pack_type", [DeformRoIPoolPack, ModulatedDeformRoIPoolPack])
 def test_packs_with_no_rois(pack_type):
     """Zero rois through a Pack: an empty output, and a backward pass through it."""
     pack = pack_type((2, 3), 2, deform_fc_channels=8, spatial_scale=0.5).double()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import pytest
 import torch
@@ -129,6 +130,21 @@ def test_bad_input():
         fused_bias_leakyrelu(x, torch.zeros(3), "0.2")
     with pytest.raises(TypeError, match="bias must be a torch.Tensor, got list"):
         fused_bias_leakyrelu(x, [0.0, 0.0, 0.0])
+
+
+def test_non_finite_slope_or_scale_and_bad_num_channels():
+    """A NaN or infinite slope or scale is refused (NaN and inf outputs before); so is a
+    num_channels that is not an int >= 0 (torch.zeros' errors before)."""
+    x, bias = torch.randn(2, 3, 4), torch.zeros(3)
+    cases = [(math.nan, 1.0, "negative_slope"), (-math.inf, 1.0, "negative_slope")]
+    for slope, scale, name in [*cases, (0.2, math.inf, "scale")]:
+        with pytest.raises(ValueError, match=f"fused_bias_leakyrelu: {name} must be finite"):
+            fused_bias_leakyrelu(x, bias, slope, scale)
+    with pytest.raises(ValueError, match="fused_bias_leakyrelu: negative_slope must be finite"):
+        FusedBiasLeakyReLU(3, math.nan)(x)
+    for channels, error in ((-1, ValueError), (3.0, TypeError), (None, TypeError)):
+        with pytest.raises(error, match="FusedBiasLeakyReLU: num_channels must be an int"):
+            FusedBiasLeakyReLU(channels)
 
 
 def test_signature_matches_mmcv():

@@ -130,6 +130,29 @@ def test_bad_arguments():
         masked_conv2d(features.long(), mask, weight, bias, 1)
 
 
+def test_bad_weight_bias_and_mask():
+    """A weight or bias that is not a float tensor, or on another device, and a complex
+    mask, are one-line errors naming them (AttributeErrors and a deep error before)."""
+    features, mask, weight, bias = make()
+    for args, error, name in (
+        ((weight.tolist(), bias), TypeError, "weight"),
+        ((weight.long(), bias), TypeError, "weight"),
+        ((weight, bias.tolist()), TypeError, "bias"),
+        ((weight.to("meta"), bias), ValueError, "weight"),
+        ((weight, bias.to("meta")), ValueError, "bias"),
+    ):
+        with pytest.raises(error, match=f"masked_conv2d: {name} must"):
+            masked_conv2d(features, mask, *args, 1)
+    with pytest.raises(TypeError, match="masked_conv2d: mask must be real-valued"):
+        masked_conv2d(features, mask.to(torch.complex64), weight, bias, 1)
+
+
+def test_no_output_channels():
+    features, mask, weight, bias = make()
+    out = masked_conv2d(features, mask, weight[:0], bias[:0], 1)
+    assert out.shape == (1, 0, *features.shape[2:])
+
+
 def test_module_without_mask_is_conv2d():
     layer = MaskedConv2d(2, 3, 3, stride=2, padding=1, dilation=2)
     assert isinstance(layer, nn.Conv2d)

@@ -124,6 +124,14 @@ def test_point_sample_bad_inputs_name_the_parameter():
         point_sample(im, points[:2].long())
 
 
+def test_point_sample_integer_input_is_refused():
+    """An integer or bool map is a TypeError (it was promoted and read as float)."""
+    points = torch.rand(2, 5, 2)
+    for dtype in (torch.long, torch.bool):
+        with pytest.raises(TypeError, match="point_sample: input must be floating point"):
+            point_sample(torch.zeros(2, 3, 4, 4, dtype=dtype), points)
+
+
 @pytest.mark.parametrize(
     ("im_shape", "points_shape", "out_shape"),
     [

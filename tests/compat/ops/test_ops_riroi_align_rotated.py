@@ -235,3 +235,24 @@ def test_bad_arguments():
         riroi_align_rotated(x, torch.tensor([[0, 2.0, 2.0, 2.0, 2.0, math.nan]]), 2, 1.0)
     with pytest.raises(TypeError, match="floating-point"):
         riroi_align_rotated(x.int(), rois, 2, 1.0)
+
+
+def test_bad_scale_samples_and_orientations():
+    """spatial_scale, num_samples and the module's num_orientations get one-line errors
+    naming them (a negative num_samples stays adaptive, as mmcv's kernel reads it)."""
+    x, rois = torch.randn(2, 8, 4, 4), torch.tensor([[0, 2.0, 2.0, 2.0, 2.0, 0.1]])
+    for scale, error in ((None, TypeError), (math.inf, ValueError), (0.0, ValueError)):
+        with pytest.raises(error, match="riroi_align_rotated: spatial_scale must"):
+            riroi_align_rotated(x, rois, 2, scale)
+        with pytest.raises(error, match="RiRoIAlignRotated: spatial_scale must"):
+            RiRoIAlignRotated(2, scale)
+    for samples in (1.5, None, math.nan):
+        with pytest.raises(TypeError, match="riroi_align_rotated: num_samples must be an int"):
+            riroi_align_rotated(x, rois, 2, 1.0, samples)
+        with pytest.raises(TypeError, match="RiRoIAlignRotated: num_samples must be an int"):
+            RiRoIAlignRotated(2, 1.0, samples)
+    for orientations, error in ((None, TypeError), (2.0, TypeError), (0, ValueError)):
+        with pytest.raises(error, match="RiRoIAlignRotated: num_orientations must be an int"):
+            RiRoIAlignRotated(2, 1.0, 0, orientations)
+    expected = riroi_align_rotated(x, rois, 2, 1.0, 0)
+    assert torch.equal(riroi_align_rotated(x, rois, 2, 1.0, -1), expected)

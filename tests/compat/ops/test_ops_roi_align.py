@@ -390,6 +390,17 @@ def test_huge_box_is_bounded_by_the_map(mode):
 
 
 @pytest.mark.parametrize("mode", ["avg", "max"])
+def test_overflowing_box_pools_zeros(mode):
+    """A box of 10^30 pixels: float32's samples overflow to inf, which read 0 (mmcv's
+    bounds test), not NaN (inf times a zero weight), in both modes, and backward."""
+    x = torch.randn(1, 2, 8, 8, requires_grad=True)
+    rois = torch.tensor([[0, -1e30, -1e30, 1e30, 1e30]])
+    out = roi_align(x, rois, 2, 1.0, 0, mode, True)
+    out.sum().backward()
+    assert torch.equal(out, torch.zeros_like(out)) and torch.isfinite(x.grad).all()
+
+
+@pytest.mark.parametrize("mode", ["avg", "max"])
 @pytest.mark.parametrize("aligned", [True, False])
 def test_replaced_rois_pool_zeros(mode, aligned):
     """Off the CPU, a roi with a bad batch index or NaN is replaced on the device (no sync)

@@ -305,3 +305,41 @@ def test_bad_arguments():
         roi_align_rotated(x, torch.tensor([[0, 2.0, 2.0, -2.0, 2.0, 0.1]]), 2, 1.0)
     # The legacy mode clamps sizes to 1, as mmcv.
     roi_align_rotated(x, torch.tensor([[0, 2.0, 2.0, -2.0, 2.0, 0.1]]), 2, 1.0, 0, False)
+
+
+def test_bad_scale_and_sampling_ratio():
+    """spatial_scale and sampling_ratio are checked as roi_align's (a negative ratio stays
+    adaptive, as mmcv's rotated kernels read it), in the function and the module."""
+    x, rois = torch.randn(2, 2, 4, 4), torch.tensor([[0, 2.0, 2.0, 2.0, 2.0, 0.1]])
+    for scale, error in ((None, TypeError), ("1", TypeError), (math.nan, ValueError),
+                         (0.0, ValueError), (-0.5, ValueError)):  # fmt: skip
+        with pytest.raises(error, match="roi_align_rotated: spatial_scale must"):
+            roi_align_rotated(x, rois, 2, scale)
+        with pytest.raises(error, match="RoIAlignRotated: spatial_scale must"):
+            RoIAlignRotated(2, scale)
+    for ratio in (2.5, None, math.nan):
+        with pytest.raises(TypeError, match="roi_align_rotated: sampling_ratio must be an int"):
+            roi_align_rotated(x, rois, 2, 1.0, ratio)
+        with pytest.raises(TypeError, match="RoIAlignRotated: sampling_ratio must be an int"):
+            RoIAlignRotated(2, 1.0, ratio)
+    assert torch.equal(roi_align_rotated(x, rois, 2, 1.0, -1), roi_align_rotated(x, rois, 2, 1.0))
+
+
+def test_no_channels():
+    """A map of no channels gives (K, 0, PH, PW), forward and backward."""
+    x = torch.randn(2, 0, 5, 5, requires_grad=True)
+    out = roi_align_rotated(x, torch.tensor([[1, 2.0, 2.0, 3.0, 2.0, 0.3]]), (2, 3), 1.0)
+    out.sum().backward()
+    assert out.shape == (1, 0, 2, 3) and x.grad.shape == x.shape
+
+
+def test_rois_beyond_float32_pixels():
+    """Rois of 1e9 and 1e30 pixels in float32 (samples float32 cannot place to the pixel)
+    give the float64 result, at once (their windows had grown with the rounding: half a
+    minute for 1e9, a hang for 1e30)."""
+    gen = torch.Generator().manual_seed(2)
+    x = torch.rand(1, 2, 6, 7, generator=gen, dtype=torch.float64)
+    for size in (1e9, 1e30):
+        rois = torch.tensor([[0, 3.0, 2.0, size, size, 0.4]], dtype=torch.float64)
+        out = roi_align_rotated(x.float(), rois.float(), 2, 1.0)
+        torch.testing.assert_close(out, roi_align_rotated(x, rois, 2, 1.0).float())

@@ -138,3 +138,12 @@ def test_bad_arguments():
         rotated_feature_align(feat, boxes.long(), 0.25)
     with pytest.raises(TypeError, match="must be tensors"):
         rotated_feature_align(feat, boxes.tolist(), 0.25)
+
+
+def test_bad_spatial_scale():
+    """A NaN or inf scale (NaN everywhere before), or one that is not a number, is refused."""
+    feat, boxes = _case()
+    for scale, error in ((math.nan, ValueError), (math.inf, ValueError), (0.0, ValueError),
+                         (None, TypeError), ("0.25", TypeError)):  # fmt: skip
+        with pytest.raises(error, match="rotated_feature_align: spatial_scale must"):
+            rotated_feature_align(feat, boxes, scale)
