@@ -25,6 +25,7 @@ __all__ = [
     "UnsupportedOpError",
     "check_float",
     "check_int",
+    "check_layer_input",
     "float_compute_dtype",
     "renamed_kwargs",
     "torchvision_ops",
@@ -135,6 +136,33 @@ def check_int(
     if number < minimum:
         raise error(f"{op}: {name} must be an int >= {minimum}, found {value!r}")
     return number
+
+
+def check_layer_input(op: str, name: str, x: Tensor, weight: Tensor) -> None:
+    """Raises unless a layer whose parameter is ``weight`` can take ``x``.
+
+    Outside autocast, ``x`` must have the dtype and device of the layer's
+    parameters: torch's own layers would fail deep inside a matmul or a conv.
+
+    Args:
+        op: The op's name as the message gives it, e.g. ``"mmcv.ops.SumCell"``.
+        name: The argument's name.
+        x: The input tensor.
+        weight: One of the layer's parameters.
+
+    Raises:
+        TypeError: ``x``'s dtype is not ``weight``'s (and autocast is off).
+        ValueError: ``x`` is not on ``weight``'s device.
+    """
+    if x.device != weight.device:
+        raise ValueError(
+            f"{op}: {name} must be on the layer's device {weight.device}, found {x.device}"
+        )
+    if x.dtype != weight.dtype and not torch.is_autocast_enabled(x.device.type):
+        raise TypeError(
+            f"{op}: {name} must have the layer's dtype {weight.dtype} (or run under autocast), "
+            f"found {x.dtype}"
+        )
 
 
 def float_compute_dtype(dtype: torch.dtype) -> torch.dtype:

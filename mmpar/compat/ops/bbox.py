@@ -87,7 +87,9 @@ def bbox_overlaps(
             f"boxes, got {rows} and {cols}"
         )
     if rows * cols == 0:
-        return bboxes1.new_zeros((rows,) if aligned else (rows, cols))
+        # No elements, but on both inputs' graphs: backward gives them zero gradients.
+        empty = bboxes1.reshape(-1)[:0] + bboxes2.reshape(-1)[:0].to(bboxes1)
+        return empty.reshape((rows,) if aligned else (rows, cols))
     if bboxes1.dtype != bboxes2.dtype:
         raise TypeError(
             "mmcv.ops.bbox_overlaps: bboxes1 and bboxes2 must have the same dtype, "

@@ -61,10 +61,15 @@ def _check(xyz1: object, xyz2: object) -> Tuple[Tensor, Tensor]:
             "mmcv.ops.chamfer_distance: xyz1 and xyz2 must have the same batch size, "
             f"got {set1.shape[0]} and {set2.shape[0]}"
         )
-    if set1.dtype != set2.dtype or set1.device != set2.device:
+    if set1.dtype != set2.dtype:
+        raise TypeError(
+            "mmcv.ops.chamfer_distance: xyz1 and xyz2 must have the same dtype, "
+            f"got {set1.dtype} and {set2.dtype}"
+        )
+    if set1.device != set2.device:
         raise ValueError(
-            "mmcv.ops.chamfer_distance: xyz1 and xyz2 must have the same dtype and device, "
-            f"got {set1.dtype} on {set1.device} and {set2.dtype} on {set2.device}"
+            "mmcv.ops.chamfer_distance: xyz1 and xyz2 must be on the same device, "
+            f"got {set1.device} and {set2.device}"
         )
     return set1, set2
 

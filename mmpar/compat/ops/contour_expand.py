@@ -101,7 +101,8 @@ def contour_expand(
             "mmcv.ops.contour_expand: internal_kernel_label must lie in [0, kernel_num = "
             f"{int(kernel_num)}], got {int(label.min())}..{int(label.max())}"
         )
-    area = torch.bincount(label.flatten(), minlength=int(kernel_num) + 1)
+    # Labels are checked to be <= kernel_num: no minlength, which a huge kernel_num would allocate.
+    area = torch.bincount(label.flatten())
     seeded = torch.where((label > 0) & (area[label] >= int(min_kernel_area)), label, 0)
     if masks.shape[0] >= 2:
         seeds = torch.nonzero(seeded.flatten()).squeeze(1)

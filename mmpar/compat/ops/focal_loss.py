@@ -126,13 +126,19 @@ def _check_args(
 
 
 def _check_gamma_alpha(op: str, gamma: float, alpha: float) -> tuple[float, float]:
-    """``(gamma, alpha)`` as floats: gamma finite and >= 0, alpha in [0, 1]."""
+    """``(gamma, alpha)`` as floats: gamma finite and >= 0, alpha in [0, 1].
+
+    A real number or a one-element tensor, as mmcv's ``float(gamma)`` takes; not a bool.
+    """
     values = []
     for name, value, low, high, expected in (
         ("gamma", gamma, 0.0, math.inf, "a finite number >= 0"),
         ("alpha", alpha, 0.0, 1.0, "a number in [0, 1]"),
     ):
-        number = float(value) if isinstance(value, numbers.Real) else math.nan
+        one = isinstance(value, Tensor) and value.numel() == 1 and value.dtype != torch.bool
+        if isinstance(value, bool) or not (isinstance(value, numbers.Real) or one):
+            raise TypeError(f"{op}: {name} must be {expected}, found {type(value).__name__}")
+        number = float(value)
         if not (low <= number <= high and math.isfinite(number)):
             raise ValueError(f"{op}: {name} must be {expected}, found {value!r}")
         values.append(number)
@@ -308,6 +314,8 @@ class _FocalLoss(nn.Module):
         if reduction not in _REDUCTIONS:
             raise ValueError(f"{op}: reduction must be one of {_REDUCTIONS}, found {reduction!r}")
         _check_gamma_alpha(op, gamma, alpha)
+        if weight is not None and not isinstance(weight, Tensor):
+            raise TypeError(f"{op}: weight must be a tensor or None, found {type(weight).__name__}")
         self.gamma = gamma
         self.alpha = alpha
         self.register_buffer("weight", weight)

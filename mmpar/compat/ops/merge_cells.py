@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from mmpar.compat.ops.backend import ArgumentError, check_int
+from mmpar.compat.ops.backend import ArgumentError, check_int, check_layer_input
 
 __all__ = ["BaseMergeCell", "ConcatCell", "GlobalPoolingCell", "SumCell"]
 
@@ -158,9 +158,10 @@ class BaseMergeCell(nn.Module):
             merged channels.
 
         Raises:
-            TypeError: an ``out_size`` that is not ints.
-            ValueError: inputs that are not (N, C, H, W) maps, or an ``out_size``
-                below 1.
+            TypeError: inputs that are not floating point (or, with convs, not of
+                their dtype), or an ``out_size`` that is not ints.
+            ValueError: inputs that are not (N, C, H, W) maps (or, with convs, not
+                on their device), or an ``out_size`` below 1.
             ArgumentError: inputs with different batch or channels, or an
                 ``out_size`` that is not two values (mmcv asserts them).
         """
@@ -169,13 +170,19 @@ class BaseMergeCell(nn.Module):
             if not isinstance(x, Tensor) or x.dim() != 4 or min(x.shape[2:]) < 1:
                 found = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
                 raise ValueError(f"{op}: {name} must be (N, C, H, W) with H, W >= 1, found {found}")
+            if not x.is_floating_point():
+                raise TypeError(f"{op}: {name} must be a floating-point tensor, found {x.dtype}")
+            weight = next(self.parameters(), None)
+            if weight is not None:
+                check_layer_input(op, name, x, weight)
         if x1.shape[:2] != x2.shape[:2]:
             raise ArgumentError(
                 f"{op}: x1 and x2 must share (N, C), found {tuple(x1.shape)} and {tuple(x2.shape)}"
             )
         if out_size is not None:
-            if len(out_size) != 2:
-                raise ArgumentError(f"{op}: out_size must be (H, W), found {tuple(out_size)}")
+            if not isinstance(out_size, Sequence) or len(out_size) != 2:
+                found = tuple(out_size) if isinstance(out_size, Sequence) else out_size
+                raise ArgumentError(f"{op}: out_size must be (H, W), found {found!r}")
             out_size = tuple(check_int(op, "out_size", v, 1) for v in out_size)
         if out_size is None:
             out_size = max(tuple(x1.shape[2:]), tuple(x2.shape[2:]))

@@ -17,7 +17,13 @@ import torch
 from torch import Tensor, nn
 from torch.nn.modules.utils import _single
 
-from mmpar.compat.ops.backend import ArgumentError, check_float, check_int, renamed_kwargs
+from mmpar.compat.ops.backend import (
+    ArgumentError,
+    check_float,
+    check_int,
+    check_layer_input,
+    renamed_kwargs,
+)
 from mmpar.compat.ops.deform_sampling import (
     IntPair,
     check_per_point,
@@ -156,8 +162,9 @@ class OffsetConvPack(nn.Module):
         """``conv_offset(x)``, once ``x`` is checked: a clear error rather than torch's conv's.
 
         Raises:
-            TypeError: ``x`` is not a floating-point tensor.
-            ValueError: ``x`` is not (N, in_channels, H, W), or is smaller than the kernel reaches.
+            TypeError: ``x`` is not a floating-point tensor, or not of ``conv_offset``'s dtype.
+            ValueError: ``x`` is not (N, in_channels, H, W), is smaller than the kernel
+                reaches, or is not on ``conv_offset``'s device.
         """
         op = f"mmcv.ops.{type(self).__name__}"
         if not isinstance(x, Tensor) or not x.is_floating_point():
@@ -174,6 +181,7 @@ class OffsetConvPack(nn.Module):
             raise ValueError(
                 f"{op}: x is too small (input {tuple(x.shape[2:])}, output would be {out_size})"
             )
+        check_layer_input(op, "x", x, self.conv_offset.weight)
         return self.conv_offset(x)
 
     def _zero_conv_offset(self) -> None:
@@ -255,6 +263,10 @@ def modulated_deform_conv2d(
         "N, deform_groups * kh * kw, out_h, out_w", input, as_memory=True,
     )  # fmt: skip
     if bias is not None:
+        if not isinstance(bias, Tensor):
+            raise TypeError(
+                f"mmcv.ops.{op}: bias must be a tensor or None, found {type(bias).__name__}"
+            )
         check_float(op, bias=bias)
         if tuple(bias.shape) != (weight.size(0),) or bias.device != input.device:
             raise ValueError(

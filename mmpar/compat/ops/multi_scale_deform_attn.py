@@ -15,7 +15,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor, nn
 
-from mmpar.compat.ops.backend import check_int
+from mmpar.compat.ops.backend import check_int, check_layer_input
 from mmpar.compat.ops.deform_attn_sampling import (
     MultiScaleDeformableAttnFunction,
     multi_scale_deformable_attn_pytorch,
@@ -157,12 +157,15 @@ class MultiScaleDeformableAttention(nn.Module):
             Same layout as ``query``.
 
         Raises:
-            TypeError: query or value not floating point.
+            TypeError: query or value not floating point or not of the layer's
+                dtype (outside autocast), spatial_shapes not integer, or an
+                argument that is not a tensor.
             ValueError: reference_points or spatial_shapes missing or malformed,
                 query, value, identity, query_pos, key_padding_mask or
                 reference_points of shapes that do not fit together (batch
-                sizes included); ``ArgumentError`` (mmcv asserts it) for a
-                value whose length is not the levels' total size.
+                sizes included) or not on the layer's device; ``ArgumentError``
+                (mmcv asserts it) for a value whose length is not the levels'
+                total size.
         """
         if "residual" in kwargs:
             if identity is not None:
@@ -236,11 +239,18 @@ class MultiScaleDeformableAttention(nn.Module):
                 f"found {value.shape[batch_dim]} (value {tuple(value.shape)}, layout {layout})"
             )
         for name, tensor in (("identity", identity), ("query_pos", query_pos)):
+            if tensor is not None and not isinstance(tensor, Tensor):
+                raise TypeError(
+                    f"{_MODULE}: {name} must be a tensor or None, found {type(tensor).__name__}"
+                )
             if tensor is not None and tuple(tensor.shape) != tuple(query.shape):
                 raise ValueError(
                     f"{_MODULE}: {name} must have query's shape {tuple(query.shape)}, "
                     f"found {tuple(tensor.shape)}"
                 )
+        for name, tensor in (("query", query), ("value", value), ("query_pos", query_pos)):
+            if tensor is not None:
+                check_layer_input(_MODULE, name, tensor, self.value_proj.weight)
 
     def _check_mask_and_references(
         self,
@@ -265,6 +275,25 @@ class MultiScaleDeformableAttention(nn.Module):
                 f"{_MODULE}: spatial_shapes must be a (num_levels, 2) = ({self.num_levels}, 2) "
                 f"tensor of (h, w), found {found}"
             )
+        if spatial_shapes.is_floating_point() or spatial_shapes.dtype == torch.bool:
+            raise TypeError(
+                f"{_MODULE}: spatial_shapes must be an integer (long) tensor, "
+                f"found {spatial_shapes.dtype}"
+            )
+        for name, tensor in (
+            ("spatial_shapes", spatial_shapes),
+            ("key_padding_mask", key_padding_mask),
+            ("reference_points", reference_points),
+        ):
+            if tensor is not None and not isinstance(tensor, Tensor):
+                raise TypeError(
+                    f"{_MODULE}: {name} must be a tensor, found {type(tensor).__name__}"
+                )
+            if tensor is not None and tensor.device != self.value_proj.weight.device:
+                raise ValueError(
+                    f"{_MODULE}: {name} must be on the layer's device "
+                    f"{self.value_proj.weight.device}, found {tensor.device}"
+                )
         if key_padding_mask is not None and (
             key_padding_mask.dtype != torch.bool or tuple(key_padding_mask.shape) != (bs, num_keys)
         ):

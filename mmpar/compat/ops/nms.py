@@ -364,7 +364,7 @@ def nms_match(dets: ArrayLike, iou_threshold: float) -> List[ArrayLike]:
         )
     iou_threshold = fraction("nms_match", "iou_threshold", iou_threshold)
     groups: List[List[int]] = []
-    if dets.shape[0] != 0:
+    if dets.ndim == 0 or dets.shape[0] != 0:
         if dets.ndim != 2 or dets.shape[1] != 5:
             raise ArgumentError(
                 f"mmcv.ops.nms_match: dets must have shape (N, 5), got {tuple(dets.shape)}"

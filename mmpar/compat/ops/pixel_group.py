@@ -56,6 +56,11 @@ def _check(
             "mmcv.ops.pixel_group: distance_threshold must be a float, "
             f"got {type(distance_threshold).__name__}"
         )
+    if not distance_threshold >= 0:  # NaN too
+        raise ValueError(
+            "mmcv.ops.pixel_group: distance_threshold must be a number >= 0, "
+            f"got {distance_threshold!r}"
+        )
     score = tensors["score"]
     if score.dim() != 2:
         raise ValueError(
@@ -128,8 +133,8 @@ def pixel_group(
 
     Raises:
         TypeError: An argument of a wrong type or dtype.
-        ValueError: Shapes that disagree, tensors on several devices, or a label outside
-            ``[0, kernel_region_num)``.
+        ValueError: Shapes that disagree, tensors on several devices, a label outside
+            ``[0, kernel_region_num)``, or a ``distance_threshold`` below 0 or NaN.
     """
     names = ("score", "mask", "embedding", "kernel_label", "kernel_contour")
     values = (score, mask, embedding, kernel_label, kernel_contour)

@@ -32,6 +32,7 @@ float64 (mmcv's CPU kernels take float32 and float64).
 
 from __future__ import annotations
 
+import math
 from typing import Callable, NamedTuple, Optional, Tuple
 
 import torch
@@ -40,6 +41,7 @@ from torch import Tensor
 from mmpar.compat.ops.backend import float_compute_dtype
 from mmpar.compat.ops.box_iou_quadri import box_iou_quadri
 from mmpar.compat.ops.box_iou_rotated import box_iou_rotated
+from mmpar.compat.ops.nms_args import real_number
 from mmpar.compat.ops.quadri import quadri_area, quadri_reach
 from mmpar.compat.ops.soft_nms_kernel import ranking
 
@@ -100,6 +102,14 @@ def _check(
         )
 
 
+def _iou_threshold(op: str, iou_threshold: object) -> float:
+    """``iou_threshold`` as a float: a real number, not NaN (one outside ``[0, 1]`` is mmcv's)."""
+    threshold = real_number(op, "iou_threshold", iou_threshold)
+    if math.isnan(threshold):
+        raise ValueError(f"mmcv.ops.{op}: iou_threshold must be a number, got nan")
+    return threshold
+
+
 def nms_rotated(
     dets: Tensor,
     scores: Tensor,
@@ -126,9 +136,10 @@ def nms_rotated(
         and ``keep`` ``(K,)`` long: their indices in ``dets``, on its device.
 
     Raises:
-        TypeError, ValueError: Bad types, shapes or devices.
+        TypeError, ValueError: Bad types, shapes or devices, or a NaN ``iou_threshold``.
     """
     _check("nms_rotated", 5, "(x, y, w, h, angle)", dets, scores, labels)
+    iou_threshold = _iou_threshold("nms_rotated", iou_threshold)
 
     def ious(a: Tensor, b: Tensor) -> Tensor:
         return box_iou_rotated(a, b, aligned=True, clockwise=clockwise)
@@ -158,9 +169,10 @@ def nms_quadri(
         and ``keep`` ``(K,)`` long: their indices in ``dets``, on its device.
 
     Raises:
-        TypeError, ValueError: Bad types, shapes or devices.
+        TypeError, ValueError: Bad types, shapes or devices, or a NaN ``iou_threshold``.
     """
     _check("nms_quadri", 8, "(x1, y1, ..., x4, y4)", dets, scores, labels)
+    iou_threshold = _iou_threshold("nms_quadri", iou_threshold)
 
     def ious(a: Tensor, b: Tensor) -> Tensor:
         return box_iou_quadri(a, b, aligned=True)

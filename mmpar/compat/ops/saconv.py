@@ -20,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from mmpar.compat.ops.backend import check_layer_input
+
 __all__ = ["SAConv2d"]  # noqa: F822 (built on first access, by __getattr__)
 
 _IntPair = Union[int, tuple[int, int]]
@@ -101,7 +103,8 @@ def _build_saconv2d() -> type:
         ) -> None:
             if isinstance(padding, str):
                 raise ValueError(
-                    f"SAConv2d: padding must be an int or a pair of ints, found {padding!r}"
+                    "mmcv.ops.SAConv2d: padding must be an int or a pair of ints, "
+                    f"found {padding!r}"
                 )
             super().__init__(
                 in_channels,
@@ -115,8 +118,8 @@ def _build_saconv2d() -> type:
             )
             if use_deform and tuple(self.kernel_size) != (3, 3):
                 raise ValueError(
-                    "SAConv2d: use_deform=True needs kernel_size 3 (offset_s/offset_l predict "
-                    f"2 * 3 * 3 = 18 offsets), found kernel_size={kernel_size!r}"
+                    "mmcv.ops.SAConv2d: use_deform=True needs kernel_size 3 (offset_s/offset_l "
+                    f"predict 2 * 3 * 3 = 18 offsets), found kernel_size={kernel_size!r}"
                 )
             self.use_deform = use_deform
             self.switch = nn.Conv2d(self.in_channels, 1, kernel_size=1, stride=stride, bias=True)
@@ -148,10 +151,12 @@ def _build_saconv2d() -> type:
             """(N, in_channels, H, W) -> (N, out_channels, H', W'), H', W' as the conv's.
 
             Raises:
-                TypeError: ``x`` is not floating point.
-                ValueError: ``x`` is not (N, in_channels, H, W) with H, W >= 3.
+                TypeError: ``x`` is not floating point, or not of the layer's dtype.
+                ValueError: ``x`` is not (N, in_channels, H, W) with H, W >= 3, or not
+                    on the layer's device.
             """
             _check_input(x, self.in_channels)
+            check_layer_input("mmcv.ops.SAConv2d", "x", x, self.weight)
             x = x + self.pre_context(F.adaptive_avg_pool2d(x, output_size=1))
             local_mean = F.avg_pool2d(F.pad(x, (2, 2, 2, 2), mode="reflect"), 5, stride=1)
             switch = self.switch(local_mean)

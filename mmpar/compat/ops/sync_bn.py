@@ -41,6 +41,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.parameter import Parameter
 
+from mmpar.compat.ops.backend import check_int
+
 __all__ = ["SyncBatchNorm", "SyncBatchNormFunction"]
 
 _STATS_MODES = ("default", "N")
@@ -116,7 +118,7 @@ def sync_batch_norm(
     """
     if stats_mode not in _STATS_MODES:
         raise ValueError(
-            f"SyncBatchNorm: stats_mode must be one of {_STATS_MODES}, got {stats_mode!r}"
+            f"mmcv.ops.SyncBatchNorm: stats_mode must be one of {_STATS_MODES}, got {stats_mode!r}"
         )
     compute_dtype = torch.float32 if input.dtype in (torch.float16, torch.bfloat16) else input.dtype
     batch_size, channels = input.shape[:2]
@@ -191,7 +193,8 @@ class SyncBatchNorm(nn.Module):
             count by their batch size), see :mod:`mmpar.compat.ops.sync_bn`.
 
     Raises:
-        ValueError: another ``stats_mode``.
+        TypeError: a ``num_features`` that is not an int.
+        ValueError: a ``num_features`` below 1, or another ``stats_mode``.
     """
 
     def __init__(
@@ -205,9 +208,11 @@ class SyncBatchNorm(nn.Module):
         stats_mode: str = "default",
     ) -> None:
         super().__init__()
+        num_features = check_int("mmcv.ops.SyncBatchNorm", "num_features", num_features, 1)
         if stats_mode not in _STATS_MODES:
             raise ValueError(
-                f"SyncBatchNorm: stats_mode must be one of {_STATS_MODES}, got {stats_mode!r}"
+                f"mmcv.ops.SyncBatchNorm: stats_mode must be one of {_STATS_MODES}, "
+                f"got {stats_mode!r}"
             )
         self.num_features = num_features
         self.eps = eps
@@ -258,13 +263,18 @@ class SyncBatchNorm(nn.Module):
         """(N, C, *) -> (N, C, *), normalized per channel.
 
         Raises:
+            TypeError: an input that is not a floating-point tensor.
             ValueError: an input of fewer than 2 dimensions, or not ``num_features`` channels.
         """
+        op = "mmcv.ops.SyncBatchNorm"
+        if not isinstance(input, Tensor) or not input.is_floating_point():
+            found = input.dtype if isinstance(input, Tensor) else type(input).__name__
+            raise TypeError(f"{op}: input must be a floating-point tensor, found {found}")
         if input.dim() < 2:
-            raise ValueError(f"expected at least 2D input, got {input.dim()}D input")
+            raise ValueError(f"{op}: expected at least 2D input, got {input.dim()}D input")
         if input.size(1) != self.num_features:
             raise ValueError(
-                f"SyncBatchNorm: input must have num_features = {self.num_features} channels "
+                f"{op}: input must have num_features = {self.num_features} channels "
                 f"(dim 1), got shape {tuple(input.shape)}"
             )
         factor = 0.0 if self.momentum is None else self.momentum

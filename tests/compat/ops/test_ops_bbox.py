@@ -164,3 +164,13 @@ def test_signature_matches_mmcv() -> None:
     params = list(inspect.signature(bbox_overlaps).parameters.values())
     ours = [p.name for p in params], [p.default for p in params if p.default is not p.empty]
     assert ours == theirs
+
+
+@pytest.mark.parametrize("aligned", [False, True])
+def test_empty_backward(aligned: bool) -> None:
+    empty = torch.zeros(0, 4, requires_grad=True)
+    boxes = torch.rand(0 if aligned else 3, 4, requires_grad=True)
+    out = bbox_overlaps(empty, boxes, aligned=aligned)
+    assert out.shape == ((0,) if aligned else (0, 3))
+    out.sum().backward()
+    assert empty.grad.shape == (0, 4) and boxes.grad.eq(0).all()

@@ -179,7 +179,7 @@ def test_bad_input() -> None:
         chamfer_distance(p, torch.rand(2, 3, 3))
     with pytest.raises(ValueError, match="same batch size, got 2 and 1"):
         chamfer_distance(p, torch.rand(1, 3, 2))
-    with pytest.raises(ValueError, match="same dtype and device"):
+    with pytest.raises(TypeError, match="same dtype, got torch.float32 and torch.float64"):
         chamfer_distance(p, p.double())
     with pytest.raises(TypeError, match="xyz1 must be a floating-point tensor, got torch.int64"):
         chamfer_distance(p.long(), p)

@@ -149,3 +149,9 @@ def test_bad_input():
     label[0, 0] = 2
     with pytest.raises(ValueError, match=r"must lie in \[0, kernel_num = 1\], got 0..2"):
         contour_expand(masks, label, 0, 1)
+
+
+def test_huge_kernel_num_allocates_nothing_for_it():
+    masks, label = np.ones((2, 2, 3), np.uint8), np.zeros((2, 3), np.int32)
+    label[0, 0] = 1
+    assert contour_expand(masks, label, 0, 10**15) == [[1, 1, 1], [1, 1, 1]]

@@ -392,3 +392,11 @@ def test_pack_checks_its_input():
         layer(torch.zeros(1, 4, 5, 5))
     with pytest.raises(ValueError, match="x is too small"):
         layer(torch.zeros(1, 2, 5, 2))
+
+
+def test_pack_input_of_another_dtype_than_the_layer():
+    layer = DeformConv2dPack(2, 2, 3)
+    with pytest.raises(TypeError, match=r"DeformConv2dPack: x must have the layer's dtype torch\."):
+        layer(torch.zeros(1, 2, 5, 5, dtype=torch.float64))
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast casts: no error
+        assert layer(torch.zeros(1, 2, 5, 5, dtype=torch.bfloat16)).shape == (1, 2, 3, 3)

@@ -343,12 +343,22 @@ def test_bool_target_and_parameter_ranges(fn):
     x = torch.zeros(2, 3)
     with pytest.raises(TypeError, match="target must be an integer .* found torch.bool"):
         fn(x, torch.tensor([True, False]))
-    for gamma in (-0.5, math.inf, math.nan, "2"):
+    for gamma in (-0.5, math.inf, math.nan, torch.tensor(-1.0)):
         with pytest.raises(ValueError, match="gamma must be a finite number >= 0"):
             fn(x, torch.tensor([0, 1]), gamma)
-    for alpha in (-0.1, 1.5, math.nan, None):
+    for alpha in (-0.1, 1.5, math.nan):
         with pytest.raises(ValueError, match=r"alpha must be a number in \[0, 1\]"):
             fn(x, torch.tensor([0, 1]), 2.0, alpha)
+    # A wrong type is a TypeError; True is not 1.
+    for gamma in ("2", None, True, torch.ones(2)):
+        with pytest.raises(TypeError, match="gamma must be a finite number >= 0, found"):
+            fn(x, torch.tensor([0, 1]), gamma)
+    with pytest.raises(TypeError, match=r"alpha must be a number in \[0, 1\], found NoneType"):
+        fn(x, torch.tensor([0, 1]), 2.0, None)
+    # mmcv takes float(gamma): a one-element tensor gives the float's loss.
+    target = torch.tensor([0, 1])
+    x = torch.randn(2, 3)
+    assert torch.equal(fn(x, target, torch.tensor(2.0), 0.25), fn(x, target, 2.0, 0.25))
     with pytest.raises(TypeError, match="weight must be a floating-point"):
         fn(x, torch.tensor([0, 1]), 2.0, 0.25, torch.ones(3, dtype=torch.long))
     # mmcv asserts the shapes and the reduction: the error is an AssertionError too
@@ -447,3 +457,9 @@ def test_mmcv_examples(case, dtype, tol):
         loss.backward()
         torch.testing.assert_close(loss.float(), torch.tensor(loss_value), rtol=tol, atol=tol)
         torch.testing.assert_close(x.grad.float(), torch.tensor(grad), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("cls", [SigmoidFocalLoss, SoftmaxFocalLoss])
+def test_module_weight_must_be_a_tensor(cls):
+    with pytest.raises(TypeError, match=f"mmcv.ops.{cls.__name__}: weight must be a tensor"):
+        cls(2.0, 0.25, weight=[1.0, 2.0])

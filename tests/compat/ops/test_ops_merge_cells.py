@@ -251,3 +251,15 @@ def test_nan_goes_through_the_resize_as_mmcv():
     big[0, 0, 0, 0] = float("nan")
     out = cell(big, torch.zeros(1, 1, 2, 2), (2, 2))  # max-pooled: the NaN is kept
     assert out[0, 0, 0, 0].isnan() and not out[0, 0, 1].isnan().any()
+
+
+def test_bad_input_dtype_and_out_size_not_a_pair():
+    cell = SumCell(2, 2, with_out_conv=False)
+    x = torch.zeros(1, 2, 3, 3)
+    with pytest.raises(TypeError, match="SumCell: x1 must be a floating-point tensor"):
+        cell(x.long(), x)
+    with pytest.raises(AssertionError, match=r"out_size must be \(H, W\), found 3"):
+        cell(x, x, 3)
+    pytest.importorskip("mmcv.cnn")
+    with pytest.raises(TypeError, match="SumCell: x1 must have the layer's dtype torch.float32"):
+        SumCell(2, 2)(x.double(), x.double())

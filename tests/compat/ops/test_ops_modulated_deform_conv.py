@@ -394,3 +394,12 @@ def test_module_and_pack_bad_arguments():
         layer(torch.zeros(1, 2, 2, 5))
     with pytest.raises(TypeError, match="x must be a floating-point tensor"):
         layer(torch.zeros(1, 2, 5, 5, dtype=torch.long))
+
+
+def test_bias_that_is_not_a_tensor_and_pack_dtype():
+    x, offset, mask = torch.zeros(1, 2, 5, 5), torch.zeros(1, 18, 3, 3), torch.ones(1, 9, 3, 3)
+    with pytest.raises(TypeError, match="modulated_deform_conv2d: bias must be a tensor or None"):
+        modulated_deform_conv2d(x, offset, mask, torch.zeros(2, 2, 3, 3), True)
+    layer = ModulatedDeformConv2dPack(2, 2, 3)
+    with pytest.raises(TypeError, match="ModulatedDeformConv2dPack: x must have the layer's dtype"):
+        layer(x.half())

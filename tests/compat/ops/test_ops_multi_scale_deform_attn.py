@@ -432,3 +432,22 @@ def test_module_sizes_must_be_positive_ints():
             MultiScaleDeformableAttention(**{name: 0})
     with pytest.raises(TypeError, match="num_points must be an int"):
         MultiScaleDeformableAttention(num_points=2.0)
+
+
+def test_module_bad_dtypes_types_and_devices():
+    attn = _module(num_levels=1)  # float64 weights
+    query = torch.rand(4, 1, 8, dtype=torch.float64)
+    kwargs = dict(reference_points=torch.rand(1, 4, 1, 2), spatial_shapes=torch.tensor([[2, 2]]))
+    with pytest.raises(TypeError, match="query must have the layer's dtype torch.float64"):
+        attn(query.float(), **kwargs)
+    with pytest.raises(TypeError, match="query_pos must have the layer's dtype torch.float64"):
+        attn(query, query_pos=query.half(), **kwargs)
+    with pytest.raises(TypeError, match="spatial_shapes must be an integer .* found torch.float32"):
+        attn(query, reference_points=kwargs["reference_points"], spatial_shapes=torch.ones(1, 2))
+    with pytest.raises(TypeError, match="reference_points must be a tensor, found list"):
+        attn(query, reference_points=[[[[0.5, 0.5]]]] * 4, spatial_shapes=torch.tensor([[2, 2]]))
+    with pytest.raises(TypeError, match="identity must be a tensor or None, found list"):
+        attn(query, identity=[0.0], **kwargs)
+    with pytest.raises(ValueError, match="spatial_shapes must be on the layer's device cpu"):
+        attn(query, reference_points=kwargs["reference_points"],
+             spatial_shapes=torch.tensor([[2, 2]], device="meta"))  # fmt: skip

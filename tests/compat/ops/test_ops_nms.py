@@ -450,3 +450,8 @@ def test_signatures_match_mmcv() -> None:
         params = inspect.signature(getattr(ours, name)).parameters.values()
         got = [(p.name, None if p.default is p.empty else p.default) for p in params]
         assert got == theirs[name], name
+
+
+def test_nms_match_zero_dim_dets() -> None:
+    with pytest.raises(AssertionError, match=r"nms_match: dets must have shape \(N, 5\), got \(\)"):
+        nms_match(torch.tensor(1.0), 0.5)

@@ -227,3 +227,11 @@ def test_signature_matches_mmcv() -> None:
     params = list(inspect.signature(nms_quadri).parameters.values())
     ours = [p.name for p in params], [p.default for p in params if p.default is not p.empty]
     assert ours == mmcv_signature("nms", "nms_quadri")
+
+
+def test_iou_threshold_not_a_number() -> None:
+    dets, scores = random_dets(4, seed=17)
+    with pytest.raises(TypeError, match="nms_quadri: iou_threshold must be a real number"):
+        nms_quadri(dets, scores, "0.5")
+    with pytest.raises(ValueError, match="nms_quadri: iou_threshold must be a number, got nan"):
+        nms_quadri(dets, scores, float("nan"))

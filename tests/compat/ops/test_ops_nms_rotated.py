@@ -263,3 +263,14 @@ def test_bad_input() -> None:
         nms_rotated(dets, scores.long(), 0.5)
     with pytest.raises(ValueError, match=r"boxes must have shape \(N, 5\) for nms_cfg type"):
         batched_nms(dets[:, :4], scores, torch.zeros(4), dict(type="nms_rotated"))
+
+
+def test_iou_threshold_not_a_number() -> None:
+    dets, scores = random_dets(4, seed=17)
+    with pytest.raises(TypeError, match="nms_rotated: iou_threshold must be a real number"):
+        nms_rotated(dets, scores, None)
+    with pytest.raises(ValueError, match="nms_rotated: iou_threshold must be a number, got nan"):
+        nms_rotated(dets, scores, math.nan)
+    cfg = dict(type="nms_rotated", iou_threshold=math.nan)
+    with pytest.raises(ValueError, match="nms_rotated: iou_threshold must be a number"):
+        batched_nms(dets, scores, torch.zeros(4), cfg)

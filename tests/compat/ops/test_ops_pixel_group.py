@@ -181,3 +181,12 @@ def test_bad_input():
     labels = np.array([[0, 2, 0], [0, 0, 0]], np.int32)
     with pytest.raises(ValueError, match=r"kernel_label must lie in \[0, kernel_region_num = 2"):
         pixel_group(*args[:3], labels, args[4], 2, 0.5)
+
+
+@pytest.mark.parametrize("threshold", [float("nan"), -0.5])
+def test_distance_threshold_nan_or_negative(threshold):
+    score = np.ones((2, 3), np.float32)
+    args = [score, score > 0, np.zeros((2, 3, 2), np.float32), np.zeros((2, 3), np.int32),
+            np.zeros((2, 3), np.uint8)]  # fmt: skip
+    with pytest.raises(ValueError, match="pixel_group: distance_threshold must be a number >= 0"):
+        pixel_group(*args, 2, threshold)

@@ -288,3 +288,11 @@ def test_deform_matches_definition(device):
         in_channels=2, out_channels=2, kernel_size=3, padding=1, stride=2, use_deform=True
     )
     _check_against_reference(module, torch.randn(1, 2, 5, 6, dtype=torch.float64), device)
+
+
+def test_input_of_another_dtype_and_errors_name_the_op():
+    module = saconv.SAConv2d(4, 4, 3, padding=1)
+    with pytest.raises(TypeError, match="mmcv.ops.SAConv2d: x must have the layer's dtype"):
+        module(torch.zeros(1, 4, 5, 5, dtype=torch.float64))
+    with pytest.raises(ValueError, match="^mmcv.ops.SAConv2d: padding must be"):
+        saconv.SAConv2d(4, 4, 3, padding="same")

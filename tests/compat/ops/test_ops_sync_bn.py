@@ -271,3 +271,14 @@ def test_two_ranks_all_empty_and_eval(two_ranks):
     expected = expected * weight.view(1, 3, 1, 1) + bias.view(1, 3, 1, 1)
     got = torch.cat([two_ranks[0]["default"]["eval"], two_ranks[1]["default"]["eval"]])
     torch.testing.assert_close(got, expected)
+
+
+def test_bad_dtype_and_num_features_name_the_op():
+    with pytest.raises(TypeError, match="mmcv.ops.SyncBatchNorm: input must be a floating-point"):
+        SyncBatchNorm(3)(torch.ones(2, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match="SyncBatchNorm: num_features must be an int >= 1"):
+        SyncBatchNorm(-1)
+    with pytest.raises(TypeError, match="mmcv.ops.SyncBatchNorm: num_features must be an int"):
+        SyncBatchNorm(3.0)
+    with pytest.raises(ValueError, match="^mmcv.ops.SyncBatchNorm: expected at least 2D input"):
+        SyncBatchNorm(3)(torch.zeros(3))
