@@ -24,6 +24,7 @@ __all__ = [
     "INSTALL_HINT",
     "UnsupportedOpError",
     "check_float",
+    "check_float_tensors",
     "check_int",
     "check_layer_input",
     "float_compute_dtype",
@@ -105,6 +106,31 @@ def check_float(op: str, **tensors: Tensor | None) -> None:
     for name, tensor in tensors.items():
         if tensor is not None and not tensor.is_floating_point():
             raise TypeError(f"mmcv.ops.{op}: {name} must be floating point, found {tensor.dtype}")
+
+
+def check_float_tensors(op: str, device: torch.device, owner: str, **tensors: Any) -> None:
+    """Raises unless each given tensor is a floating-point tensor on ``device``.
+
+    Args:
+        op: The op's name as the message gives it, e.g. ``"mmcv.ops.masked_conv2d"``.
+        device: The device they must be on.
+        owner: Whose device that is, for the message, e.g. ``"features'"``.
+        **tensors: The tensors by argument name; None (an absent optional) passes.
+
+    Raises:
+        TypeError: one is not a tensor, or not floating point.
+        ValueError: one is on another device.
+    """
+    for name, tensor in tensors.items():
+        if tensor is None:
+            continue
+        if not isinstance(tensor, Tensor) or not tensor.is_floating_point():
+            found = tensor.dtype if isinstance(tensor, Tensor) else type(tensor).__name__
+            raise TypeError(f"{op}: {name} must be a floating-point tensor, found {found}")
+        if tensor.device != device:
+            raise ValueError(
+                f"{op}: {name} must be on {owner} device {device}, found {tensor.device}"
+            )
 
 
 def check_int(

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from mmpar.compat.ops.backend import ArgumentError
+from mmpar.compat.ops.backend import ArgumentError, check_float_tensors
 
 __all__ = ["MultiScaleDeformableAttnFunction", "multi_scale_deformable_attn_pytorch"]
 
@@ -50,18 +50,18 @@ def _check_shapes(
     attention_weights: Tensor,
 ) -> None:
     """Raises TypeError or ValueError unless the inputs describe one consistent attention."""
-    for name, tensor in (
-        ("value", value),
-        ("sampling_locations", sampling_locations),
-        ("attention_weights", attention_weights),
-    ):
-        if not isinstance(tensor, Tensor) or not tensor.is_floating_point():
-            found = tensor.dtype if isinstance(tensor, Tensor) else type(tensor).__name__
-            raise TypeError(f"{_FUNC}: {name} must be a floating-point tensor, found {found}")
-        if tensor.device != value.device:
-            raise ValueError(
-                f"{_FUNC}: {name} must be on value's device ({value.device}), found {tensor.device}"
-            )
+    if not isinstance(value, Tensor):
+        raise TypeError(
+            f"{_FUNC}: value must be a floating-point tensor, found {type(value).__name__}"
+        )
+    check_float_tensors(
+        _FUNC,
+        value.device,
+        "value's",
+        value=value,
+        sampling_locations=sampling_locations,
+        attention_weights=attention_weights,
+    )
     if value.dim() != 4:
         raise ValueError(
             f"{_FUNC}: value must be (bs, num_keys, num_heads, dims_per_head), "

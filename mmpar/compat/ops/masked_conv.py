@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from torch.autograd.function import FunctionCtx, once_differentiable
 from torch.nn.modules.utils import _pair
 
-from mmpar.compat.ops.backend import ArgumentError, unsupported
+from mmpar.compat.ops.backend import ArgumentError, check_float_tensors, unsupported
 from mmpar.compat.ops.deform_sampling import IntPair, conv_output_size, int_pair
 
 __all__ = ["MaskedConv2d", "masked_conv2d"]
@@ -68,16 +68,9 @@ def _check(features: Tensor, mask: Tensor, weight: Tensor, bias: Tensor | None) 
         raise TypeError(f"{op}: features must be floating point, found {features.dtype}")
     if mask.is_complex():
         raise TypeError(f"{op}: mask must be real-valued, found {mask.dtype}")
-    for name, param in (("weight", weight), ("bias", bias)):
-        if param is None and name == "bias":
-            continue
-        if not isinstance(param, Tensor) or not param.is_floating_point():
-            found = param.dtype if isinstance(param, Tensor) else type(param).__name__
-            raise TypeError(f"{op}: {name} must be a floating-point tensor, found {found}")
-        if param.device != features.device:
-            raise ValueError(
-                f"{op}: {name} must be on features' device {features.device}, found {param.device}"
-            )
+    if weight is None:
+        raise TypeError(f"{op}: weight must be a floating-point tensor, found NoneType")
+    check_float_tensors(op, features.device, "features'", weight=weight, bias=bias)
     if weight.dim() != 4 or weight.size(1) != features.size(1):
         raise ValueError(
             f"{op}: weight must be (C_out, {features.size(1)}, kh, kw), found {tuple(weight.shape)}"
