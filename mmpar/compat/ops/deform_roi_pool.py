@@ -31,6 +31,7 @@ from mmpar.compat.ops.roi_align import roi_align
 from mmpar.compat.ops.roi_inputs import (
     Size,
     check_roi_inputs,
+    check_sample_count,
     finite_number,
     kernel_rois,
     sampling_ratio_value,
@@ -79,6 +80,7 @@ def deform_roi_pool(
     ratio = sampling_ratio_value(_OP, sampling_ratio)
     gamma = finite_number(_OP, "gamma", gamma)
     check_roi_inputs(_OP, input, rois)
+    check_sample_count(_OP, ratio, rois.shape[0], size)
     offset = _checked_offset(input, rois, offset, size)
     if offset is None:
         return roi_align(input, rois, size, scale, ratio, "avg", True)

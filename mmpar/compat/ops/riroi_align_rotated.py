@@ -26,7 +26,11 @@ from torch import Tensor, nn
 from mmpar.compat.ops.backend import check_int, float_compute_dtype
 from mmpar.compat.ops.roi_align import Size, size_pair
 from mmpar.compat.ops.roi_align_rotated import check_rotated_rois, rotated_roi_average
-from mmpar.compat.ops.roi_inputs import sampling_ratio_value, spatial_scale_value
+from mmpar.compat.ops.roi_inputs import (
+    check_sample_count,
+    sampling_ratio_value,
+    spatial_scale_value,
+)
 
 __all__ = ["RiRoIAlignRotated", "riroi_align_rotated", "rotation_invariant_pool"]
 
@@ -82,6 +86,7 @@ def riroi_align_rotated(
         "riroi_align_rotated", num_samples, "num_samples", negative_is_adaptive=True
     )
     check_rotated_rois("riroi_align_rotated", features, rois, aligned=False)
+    check_sample_count("riroi_align_rotated", samples, rois.shape[0], size, "num_samples")
     orients = _check_orientations("riroi_align_rotated", num_orientations, features.shape[1])
     return rotation_invariant_pool(features, rois, size, scale, samples, orients, bool(clockwise))
 

@@ -36,6 +36,7 @@ from mmpar.compat.ops.backend import (
 from mmpar.compat.ops.roi_inputs import (
     Size,
     check_roi_inputs,
+    check_sample_count,
     kernel_rois,
     sampling_ratio_value,
     size_pair,
@@ -152,6 +153,7 @@ def roi_align(
     ratio = sampling_ratio_value("roi_align", sampling_ratio)
     _pool_mode("roi_align", pool_mode)
     check_roi_inputs("roi_align", input, rois)
+    check_sample_count("roi_align", ratio, rois.shape[0], out_size)
     aligned = bool(aligned)
     dtype = float_compute_dtype(input.dtype)
     feat = input.to(dtype)

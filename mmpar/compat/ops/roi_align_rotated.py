@@ -33,7 +33,11 @@ from torch import Tensor, nn
 
 from mmpar.compat.ops.backend import float_compute_dtype, renamed_kwargs
 from mmpar.compat.ops.roi_align import Size, check_roi_inputs, roi_chunks, size_pair
-from mmpar.compat.ops.roi_inputs import sampling_ratio_value, spatial_scale_value
+from mmpar.compat.ops.roi_inputs import (
+    check_sample_count,
+    sampling_ratio_value,
+    spatial_scale_value,
+)
 from mmpar.compat.ops.rotated_grid import (
     bilinear_entries,
     pixel_table,
@@ -253,6 +257,7 @@ def roi_align_rotated(
     scale = spatial_scale_value("roi_align_rotated", spatial_scale)
     ratio = sampling_ratio_value("roi_align_rotated", sampling_ratio, negative_is_adaptive=True)
     check_rotated_rois("roi_align_rotated", input, rois, bool(aligned))
+    check_sample_count("roi_align_rotated", ratio, rois.shape[0], out_size)
     dtype = float_compute_dtype(input.dtype)
     out = rotated_roi_average(
         input.to(dtype),

@@ -25,6 +25,8 @@ __all__ = [
     "empty_bad_rois",
     "finite_number",
     "kernel_rois",
+    "MOST_SAMPLES",
+    "check_sample_count",
     "sampling_ratio_value",
     "size_pair",
     "spatial_scale_value",
@@ -75,6 +77,31 @@ def spatial_scale_value(op: str, value: Any) -> float:
     if scale <= 0:
         raise ValueError(f"mmcv.ops.{op}: spatial_scale must be positive, got {value!r}")
     return scale
+
+
+#: The most samples a fixed ``sampling_ratio`` may ask of one call (rois x bins x ratio**2).
+MOST_SAMPLES = 1 << 30
+
+
+def check_sample_count(
+    op: str, ratio: int, rois: int, output_size: tuple[int, int], param: str = "sampling_ratio"
+) -> None:
+    """Raises where a fixed ``ratio`` asks for more than :data:`MOST_SAMPLES` samples.
+
+    An adaptive grid (``ratio`` 0) is bounded by the rois' sizes and the map; a fixed
+    one costs ``ratio ** 2`` samples a bin, whatever the roi: mmcv's kernels would loop
+    for hours or days on a typo such as ``sampling_ratio=10**6``.
+
+    Raises:
+        ValueError: ``rois * PH * PW * ratio ** 2`` is above :data:`MOST_SAMPLES`.
+    """
+    count = rois * output_size[0] * output_size[1] * ratio * ratio
+    if count > MOST_SAMPLES:
+        raise ValueError(
+            f"mmcv.ops.{op}: {param}={ratio} asks for {count:.3g} samples ({rois} rois x "
+            f"{output_size[0]} x {output_size[1]} bins x {ratio}**2), more than {MOST_SAMPLES} "
+            "(2**30); use a small ratio, or 0 for the adaptive grid"
+        )
 
 
 def sampling_ratio_value(

@@ -11,7 +11,10 @@ import pytest
 import torch
 
 from mmpar.compat.ops.backend import ArgumentError
+from mmpar.compat.ops.deform_roi_pool import deform_roi_pool
+from mmpar.compat.ops.riroi_align_rotated import riroi_align_rotated
 from mmpar.compat.ops.roi_align import RoIAlign, roi_align
+from mmpar.compat.ops.roi_align_rotated import roi_align_rotated
 from mmpar.compat.ops.roi_inputs import empty_bad_rois
 from tests.compat.ops._reference import (
     DEVICES,
@@ -420,3 +423,26 @@ def test_max_without_gradient_is_the_same():
         plain = roi_align(inp, rois, (2, 3), 0.5, 0, "max", True)
     tracked = roi_align(inp.clone().requires_grad_(), rois, (2, 3), 0.5, 0, "max", True)
     assert torch.equal(plain, tracked.detach())
+
+
+@pytest.mark.parametrize(
+    "name, call",
+    [
+        ("roi_align", lambda x, r, rr, n: roi_align(x, r, 7, 1.0, n, "max")),
+        ("roi_align", lambda x, r, rr, n: roi_align(x, r, 7, 1.0, n)),
+        ("deform_roi_pool", lambda x, r, rr, n: deform_roi_pool(x, r, None, 7, 1.0, n)),
+        ("roi_align_rotated", lambda x, r, rr, n: roi_align_rotated(x, rr, 7, 1.0, n)),
+        ("riroi_align_rotated", lambda x, r, rr, n: riroi_align_rotated(x, rr, 7, 1.0, n, 8)),
+    ],
+)
+def test_a_fixed_sampling_ratio_of_too_many_samples_is_refused(name, call) -> None:  # noqa: ANN001
+    # 128 rois x 7 x 7 bins x 10**6 ** 2 samples: mmcv's kernels loop for days on such a
+    # typo, mmpar's ran out of memory or hung. 0 (adaptive) and small ratios still run.
+    x = torch.rand(1, 8, 20, 20)
+    rois = torch.tensor([[0, 1, 1, 10, 10.0]] * 128)
+    rotated = torch.tensor([[0, 5, 5, 4, 4, 0.3]] * 128)
+    param = "num_samples" if name == "riroi_align_rotated" else "sampling_ratio"
+    with pytest.raises(ValueError, match=rf"mmcv.ops.{name}: {param}=1000000 asks for 6.27e\+15"):
+        call(x, rois, rotated, 10**6)
+    for ratio in (0, 4):
+        assert call(x, rois, rotated, ratio).shape == (128, 8, 7, 7)
