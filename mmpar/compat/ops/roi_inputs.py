@@ -111,14 +111,15 @@ def sampling_ratio_value(
     with an integral value passes, as mmcv's ``int()`` takes it; 2.5 does not (mmcv would
     drop the half). With ``negative_is_adaptive`` a negative int is 0 (the rotated ops'
     kernels read any ratio ``<= 0`` as adaptive)."""
+    expected = "an int (<= 0: adaptive)" if negative_is_adaptive else "an int >= 0"
     if isinstance(value, bool) or not isinstance(value, (numbers.Real, Tensor)):
-        raise TypeError(f"mmcv.ops.{op}: {param} must be an int >= 0, got {value!r}")
+        raise TypeError(f"mmcv.ops.{op}: {param} must be {expected}, got {value!r}")
     try:
         ratio = float(value)
     except (TypeError, ValueError, RuntimeError):
-        raise TypeError(f"mmcv.ops.{op}: {param} must be an int >= 0, got {value!r}") from None
+        raise TypeError(f"mmcv.ops.{op}: {param} must be {expected}, got {value!r}") from None
     if not math.isfinite(ratio) or ratio != int(ratio):
-        raise TypeError(f"mmcv.ops.{op}: {param} must be an int >= 0, got {value!r}")
+        raise TypeError(f"mmcv.ops.{op}: {param} must be {expected}, got {value!r}")
     if ratio < 0 and negative_is_adaptive:
         return 0
     if ratio < 0:
