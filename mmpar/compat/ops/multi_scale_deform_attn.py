@@ -9,6 +9,7 @@ no effect here.
 from __future__ import annotations
 
 import math
+import numbers
 import warnings
 from typing import Any, Optional
 
@@ -78,9 +79,14 @@ class MultiScaleDeformableAttention(nn.Module):
                 f"{_MODULE}: embed_dims must be divisible by num_heads, "
                 f"found embed_dims={embed_dims}, num_heads={num_heads}"
             )
+        expected = f"{_MODULE}: dropout must be a probability in [0, 1]"
+        if isinstance(dropout, bool) or not isinstance(dropout, numbers.Real):
+            raise TypeError(f"{expected}, found {type(dropout).__name__}")
+        if not 0.0 <= dropout <= 1.0:  # NaN too
+            raise ValueError(f"{expected}, found {dropout!r}")
         self.init_cfg = init_cfg
         self.norm_cfg = norm_cfg
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = nn.Dropout(float(dropout))
         self.batch_first = batch_first
         self.im2col_step = im2col_step
         self.embed_dims = embed_dims

@@ -207,6 +207,11 @@ def rel_roi_point_to_rel_img_point(
     return abs_img_point_to_rel_img_point(abs_img_points, img, spatial_scale)
 
 
+#: grid_sample's modes, which point_sample passes on.
+_MODES = ("bilinear", "nearest", "bicubic")
+_PADDING_MODES = ("zeros", "border", "reflection")
+
+
 def point_sample(
     input: Tensor, points: Tensor, align_corners: bool = False, **kwargs: Any
 ) -> Tensor:
@@ -243,6 +248,11 @@ def point_sample(
             f"mmcv.ops.point_sample: points must have input's batch size {input.shape[0]} and "
             f"device {input.device}, found {tuple(points.shape)} on {points.device}"
         )
+    for name, allowed in (("mode", _MODES), ("padding_mode", _PADDING_MODES)):
+        if name in kwargs and kwargs[name] not in allowed:
+            raise ValueError(
+                f"mmcv.ops.point_sample: {name} must be one of {allowed}, found {kwargs[name]!r}"
+            )
     squeeze = points.dim() == 3
     grid = denormalize(points[:, :, None, :] if squeeze else points)
     if grid.dtype != input.dtype:

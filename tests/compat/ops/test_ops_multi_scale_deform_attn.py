@@ -451,3 +451,13 @@ def test_module_bad_dtypes_types_and_devices():
     with pytest.raises(ValueError, match="spatial_shapes must be on the layer's device cpu"):
         attn(query, reference_points=kwargs["reference_points"],
              spatial_shapes=torch.tensor([[2, 2]], device="meta"))  # fmt: skip
+
+
+def test_module_dropout_must_be_a_probability() -> None:
+    for dropout in (-0.1, 1.5, math.nan):
+        with pytest.raises(ValueError, match=r"dropout must be a probability in \[0, 1\]"):
+            MultiScaleDeformableAttention(32, 4, 1, 2, dropout=dropout)
+    for dropout in ("0.1", None, True):
+        with pytest.raises(TypeError, match=r"dropout must be a probability in \[0, 1\], found"):
+            MultiScaleDeformableAttention(32, 4, 1, 2, dropout=dropout)
+    assert MultiScaleDeformableAttention(32, 4, 1, 2, dropout=0).dropout.p == 0.0

@@ -287,3 +287,15 @@ def test_simple_roi_align_no_rois_backward():
     assert out.shape == (0, 3, 2, 3)
     out.sum().backward()
     assert feats.grad is not None and not feats.grad.any()
+
+
+def test_point_sample_bad_mode_names_it() -> None:
+    x, points = torch.rand(1, 2, 4, 4), torch.rand(1, 3, 2)
+    with pytest.raises(ValueError, match=r"point_sample: mode must be one of .*, found 'linear'"):
+        point_sample(x, points, mode="linear")
+    with pytest.raises(ValueError, match="point_sample: padding_mode must be one of"):
+        point_sample(x, points, padding_mode="zero")
+    near = point_sample(x, points, mode="nearest", padding_mode="border")
+    assert torch.equal(
+        near, F.grid_sample(x, 2 * points[:, :, None] - 1, "nearest", "border")[..., 0]
+    )
