@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from mmpar.compat.ops.backend import check_layer_input
+from mmpar.compat.ops.backend import check_int, check_layer_input
 
 __all__ = ["SAConv2d"]  # noqa: F822 (built on first access, by __getattr__)
 
@@ -105,6 +105,15 @@ def _build_saconv2d() -> type:
                 raise ValueError(
                     "mmcv.ops.SAConv2d: padding must be an int or a pair of ints, "
                     f"found {padding!r}"
+                )
+            for name, value in (("stride", stride), ("dilation", dilation)):
+                for v in value if isinstance(value, (tuple, list)) else (value,):
+                    check_int("mmcv.ops.SAConv2d", name, v, 1)
+            groups = check_int("mmcv.ops.SAConv2d", "groups", groups, 1)
+            if in_channels % groups or out_channels % groups:
+                raise ValueError(
+                    f"mmcv.ops.SAConv2d: groups={groups} must divide in_channels={in_channels} "
+                    f"and out_channels={out_channels}"
                 )
             super().__init__(
                 in_channels,

@@ -231,6 +231,11 @@ def test_pickle_and_deepcopy():
     [
         (dict(kernel_size=3, padding="same"), "padding"),
         (dict(kernel_size=1, use_deform=True), "kernel_size"),
+        (dict(kernel_size=3, stride=0), "SAConv2d: stride must be"),
+        (dict(kernel_size=3, stride=(1, 0)), "SAConv2d: stride must be"),
+        (dict(kernel_size=3, dilation=-1), "SAConv2d: dilation must be"),
+        (dict(kernel_size=3, groups=0), "SAConv2d: groups must be"),
+        (dict(kernel_size=3, groups=4), "SAConv2d: groups=4 must divide in_channels=2"),
     ],
 )
 def test_bad_config_raises(kwargs, match):
