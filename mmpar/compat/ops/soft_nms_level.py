@@ -44,6 +44,105 @@ _BATCH, _BATCH_MIN, _BATCH_MAX = 16, 8, 4096
 Pairs = Tuple[Tensor, Tensor, Tensor]
 
 
+class _Level:
+    """The boxes near one level, as Python values: their scores, states and pairs."""
+
+    def __init__(
+        self,
+        replay: SlotReplay,
+        tensors: Tuple[Tensor, Tensor, Tensor],
+        level: Tensor,
+        find: Callable[[Tensor], Pairs],
+        min_score: float,
+    ) -> None:
+        self.replay, self.find, self.min_score = replay, find, min_score
+        self.ids, self.key, self.status = tensors
+        self.keys: Dict[int, float] = {}
+        self.state: Dict[int, int] = {}
+        self.name: Dict[int, int] = {}
+        self.load(level)
+        self.local_of = {self.name[i]: i for i in level.tolist()}
+        self.top = self.keys[int(level[0])]
+        self.mul = _multiply(self.key.dtype)
+        self.changed: Dict[int, None] = {}  # an ordered set
+        self.weights: Dict[int, List[Tuple[int, float]]] = {}
+        # The undecided ones, in slot order now: the order their pairs are found in.
+        self.queue = [i for i in self.local_of.values() if self.state[i] == UNDECIDED]
+        self.queue.sort(key=lambda i: replay.pos[self.name[i]])
+        self.next, self.size, self.batch, self.batch_taken = 0, _BATCH, set(), 0
+
+    def load(self, boxes: Tensor) -> None:
+        """Reads the scores, states and names of ``boxes`` not read yet."""
+        new = [i for i in boxes.tolist() if i not in self.keys]
+        at = torch.tensor(new, dtype=torch.long)
+        self.keys.update(zip(new, self.key.index_select(0, at).tolist()))
+        self.state.update(zip(new, self.status.index_select(0, at).tolist()))
+        self.name.update(zip(new, self.ids.index_select(0, at).tolist()))
+
+    def fetch(self, first: int) -> None:
+        """Finds the pairs of ``first`` and of the next boxes of the queue still at the top."""
+        if self.batch:  # wider while most of a batch was taken, narrower while most left
+            grow = 2 * self.batch_taken >= len(self.batch)
+            self.size = min(max(self.size * 2 if grow else self.size // 2, _BATCH_MIN), _BATCH_MAX)
+        boxes, k, state, keys = [first], self.next, self.state, self.keys
+        while k < len(self.queue) and len(boxes) < self.size:
+            i = self.queue[k]
+            at_top = state[i] == UNDECIDED and keys[i] == self.top
+            if at_top and i not in self.weights and i != first:
+                boxes.append(i)
+            k += 1
+        self.next, self.batch, self.batch_taken = k, set(boxes), 0
+        src, dst, w = self.find(torch.tensor(boxes, dtype=torch.long))
+        self.load(dst)
+        for i in boxes:
+            self.weights[i] = []
+        for a, b, weight in zip(src.tolist(), dst.tolist(), w.tolist()):
+            self.weights[a].append((b, weight))
+
+    def step(self, box: int) -> List[int]:
+        """The kernel's step that takes ``box``: its weights, in the order of its pairs.
+
+        Returns:
+            The boxes it lowers below the top (or drops), to leave the level.
+        """
+        local = self.local_of[box]
+        state, keys, name = self.state, self.keys, self.name
+        if state[local] != UNDECIDED:  # taken in a round
+            return []
+        if local not in self.weights:
+            self.fetch(local)
+        self.batch_taken += local in self.batch
+        state[local] = TAKEN
+        self.changed[local] = None
+        out, dropped = [], []
+        for j, weight in self.weights[local]:
+            if state[j] != UNDECIDED:
+                continue
+            score = self.mul(keys[j], weight)
+            keys[j] = score
+            self.changed[j] = None
+            if score < self.min_score:
+                state[j] = DROPPED
+                dropped.append(name[j])
+            elif score != score:
+                state[j] = NAN
+            elif score == self.top:  # 0 * weight: still at the top
+                continue
+            out.append(name[j])
+        if dropped:
+            self.replay.drop(box, dropped)
+        return out
+
+    def write_back(self) -> None:
+        """Copies the scores and states that changed into the tensors."""
+        if self.changed:
+            at = torch.tensor(list(self.changed), dtype=torch.long)
+            values = [self.keys[i] for i in self.changed]
+            self.key.index_copy_(0, at, torch.tensor(values, dtype=self.key.dtype))
+            states = [self.state[i] for i in self.changed]
+            self.status.index_copy_(0, at, torch.tensor(states, dtype=self.status.dtype))
+
+
 def take_level(
     replay: SlotReplay,
     ids: Tensor,
@@ -75,81 +174,7 @@ def take_level(
     Returns:
         The level's boxes (``ids``), in the order taken.
     """
-    keys: Dict[int, float] = {}
-    state: Dict[int, int] = {}
-    name: Dict[int, int] = {}
-
-    def load(boxes: Tensor) -> None:
-        new = [i for i in boxes.tolist() if i not in keys]
-        at = torch.tensor(new, dtype=torch.long)
-        keys.update(zip(new, key.index_select(0, at).tolist()))
-        state.update(zip(new, status.index_select(0, at).tolist()))
-        name.update(zip(new, ids.index_select(0, at).tolist()))
-
-    load(level)
-    local_of = {name[i]: i for i in level.tolist()}
-    top = keys[int(level[0])]
-    # The undecided ones, in slot order now: the order their pairs are found in.
-    queue = [i for i in local_of.values() if state[i] == UNDECIDED]
-    queue.sort(key=lambda i: replay.pos[name[i]])
-    weights: Dict[int, List[Tuple[int, float]]] = {}
-    batch = {"next": 0, "size": _BATCH, "last": set(), "taken": 0}
-
-    def fetch(first: int) -> None:
-        last, size = batch["last"], batch["size"]
-        if last:  # how the last batch went
-            size = size * 2 if 2 * batch["taken"] >= len(last) else size // 2
-            size = min(max(size, _BATCH_MIN), _BATCH_MAX)
-        boxes = [first]
-        k = batch["next"]
-        while k < len(queue) and len(boxes) < size:
-            i = queue[k]
-            if state[i] == UNDECIDED and keys[i] == top and i not in weights and i != first:
-                boxes.append(i)
-            k += 1
-        batch.update(next=k, size=size, last=set(boxes), taken=0)
-        src, dst, w = find(torch.tensor(boxes, dtype=torch.long))
-        load(dst)
-        for i in boxes:
-            weights[i] = []
-        for a, b, weight in zip(src.tolist(), dst.tolist(), w.tolist()):
-            weights[a].append((b, weight))
-
-    mul = _multiply(key.dtype)
-    changed: Dict[int, None] = {}
-
-    def step(box: int) -> List[int]:
-        local = local_of[box]
-        if state[local] != UNDECIDED:  # taken in a round
-            return []
-        if local not in weights:
-            fetch(local)
-        if local in batch["last"]:
-            batch["taken"] += 1
-        state[local] = TAKEN
-        changed[local] = None
-        out, dropped = [], []
-        for j, weight in weights[local]:
-            if state[j] != UNDECIDED:
-                continue
-            score = mul(keys[j], weight)
-            keys[j] = score
-            changed[j] = None
-            if score < min_score:
-                state[j] = DROPPED
-                dropped.append(name[j])
-            elif score != score:
-                state[j] = NAN
-            elif score == top:  # 0 * weight: still at the top
-                continue
-            out.append(name[j])
-        if dropped:
-            replay.drop(box, dropped)
-        return out
-
-    order = replay.take_in_slot_order(set(local_of), step)
-    if changed:
-        at = torch.tensor(list(changed), dtype=torch.long)
-        key.index_copy_(0, at, torch.tensor([keys[i] for i in changed], dtype=key.dtype))
-        status.index_copy_(0, at, torch.tensor([state[i] for i in changed], dtype=status.dtype))
+    state = _Level(replay, (ids, key, status), level, find, min_score)
+    order = replay.take_in_slot_order(set(state.local_of), state.step)
+    state.write_back()
     return order
