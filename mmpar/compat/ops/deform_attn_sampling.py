@@ -32,7 +32,15 @@ _OFF_MAP = -3.0
 
 def _level_shapes(spatial_shapes: Union[Tensor, Sequence[Sequence[int]]]) -> list[tuple[int, int]]:
     """The (h, w) of every level as Python ints (one host read of a device tensor)."""
+    if isinstance(spatial_shapes, Tensor) and (
+        spatial_shapes.is_floating_point() or spatial_shapes.dtype == torch.bool
+    ):  # int() would cut 2.5 to 2: another level size than the caller's
+        raise TypeError(
+            f"{_FUNC}: value_spatial_shapes must be an integer tensor, found {spatial_shapes.dtype}"
+        )
     rows = spatial_shapes.tolist() if isinstance(spatial_shapes, Tensor) else spatial_shapes
+    if any(isinstance(v, float) and v != int(v) for row in rows for v in row):
+        raise TypeError(f"{_FUNC}: value_spatial_shapes must be integers, found {rows}")
     shapes = [tuple(int(v) for v in row) for row in rows]
     if any(len(s) != 2 or min(s) < 0 for s in shapes):
         found = tuple(spatial_shapes.shape) if isinstance(spatial_shapes, Tensor) else rows

@@ -461,3 +461,16 @@ def test_module_dropout_must_be_a_probability() -> None:
         with pytest.raises(TypeError, match=r"dropout must be a probability in \[0, 1\], found"):
             MultiScaleDeformableAttention(32, 4, 1, 2, dropout=dropout)
     assert MultiScaleDeformableAttention(32, 4, 1, 2, dropout=0).dropout.p == 0.0
+
+
+def test_function_spatial_shapes_must_be_integers():
+    # int(2.5) would read a level of 2 rows where the caller meant another size.
+    value = torch.arange(6.0).view(1, 6, 1, 1)
+    loc, weights = torch.full((1, 1, 1, 1, 1, 2), 0.5), torch.ones(1, 1, 1, 1, 1)
+    for shapes in (torch.tensor([[2.0, 3.0]]), torch.tensor([[True, True]])):
+        with pytest.raises(TypeError, match="value_spatial_shapes must be an integer tensor"):
+            multi_scale_deformable_attn_pytorch(value, shapes, loc, weights)
+    with pytest.raises(TypeError, match=r"value_spatial_shapes must be integers, found \[\[2.5"):
+        multi_scale_deformable_attn_pytorch(value, [[2.5, 2.4]], loc, weights)
+    ints = multi_scale_deformable_attn_pytorch(value, torch.tensor([[2, 3]]), loc, weights)
+    assert torch.equal(multi_scale_deformable_attn_pytorch(value, [[2.0, 3.0]], loc, weights), ints)
