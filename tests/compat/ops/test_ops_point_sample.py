@@ -297,5 +297,5 @@ def test_point_sample_bad_mode_names_it() -> None:
         point_sample(x, points, padding_mode="zero")
     near = point_sample(x, points, mode="nearest", padding_mode="border")
     assert torch.equal(
-        near, F.grid_sample(x, 2 * points[:, :, None] - 1, "nearest", "border")[..., 0]
+        near, F.grid_sample(x, 2 * points[:, :, None] - 1, "nearest", "border", False)[..., 0]
     )
