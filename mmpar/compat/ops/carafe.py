@@ -232,18 +232,24 @@ class CARAFEPack(nn.Module):
         super().__init__()
         op = "mmcv.ops.CARAFEPack"
         # As ints (mmcv takes 2.0 for 2): nn.Conv2d refuses float sizes.
-        channels, scale_factor, up_kernel, up_group, encoder_kernel = (
-            _as_int(op, name, value, 1)
-            for name, value in (
-                ("channels", channels),
-                ("scale_factor", scale_factor),
-                ("up_kernel", up_kernel),
-                ("up_group", up_group),
-                ("encoder_kernel", encoder_kernel),
-            )
+        sizes = dict(
+            channels=channels,
+            scale_factor=scale_factor,
+            up_kernel=up_kernel,
+            up_group=up_group,
+            encoder_kernel=encoder_kernel,
+            encoder_dilation=encoder_dilation,
+            compressed_channels=compressed_channels,
         )
-        encoder_dilation = _as_int(op, "encoder_dilation", encoder_dilation, 1)
-        compressed_channels = _as_int(op, "compressed_channels", compressed_channels, 1)
+        (
+            channels,
+            scale_factor,
+            up_kernel,
+            up_group,
+            encoder_kernel,
+            encoder_dilation,
+            compressed_channels,
+        ) = (_as_int(op, name, value, 1) for name, value in sizes.items())
         if up_kernel % 2 != 1:
             raise ArgumentError(f"{op}: up_kernel must be odd, found {up_kernel}")
         if channels % up_group:

@@ -184,8 +184,7 @@ def rotated_roi_average(
         # that rounding grows with the roi (a roi of 1e9 pixels took half a minute, 1e30
         # hung), so those rois' samples are placed in float64, their windows a few wide.
         far = large & (boxes[:, 1:5].abs().amax(1) > _FLOAT32_PIXELS)
-        if boxes.dtype == torch.float64:
-            far = torch.zeros_like(far)
+        far &= boxes.dtype != torch.float64
         for select, dtype in ((large & ~far, boxes.dtype), (far, torch.float64)):
             huge = torch.nonzero(select).flatten()
             if huge.numel():
