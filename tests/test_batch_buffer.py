@@ -297,9 +297,11 @@ def test_cuda_scatter_copies_one_buffer_per_target_and_cuts_views_there() -> Non
     ref = _reference(samples, 3)
     pieces = scatter(batch, [0, 0], dtype=torch.float16)
     for i, piece in enumerate(pieces):
-        moved = [piece["img"], piece["gt_semantic_seg"], *piece["gt_bboxes"], *piece["gt_labels"]]
-        assert all(t.is_cuda for t in moved)
-        assert len(_storages(moved)) == 1  # one copy for the target
+        kept = [piece["img"], piece["gt_semantic_seg"], *piece["gt_labels"]]
+        assert all(t.is_cuda for t in kept + piece["gt_bboxes"])
+        assert len(_storages(kept)) == 1  # one copy for the target, cut into views there
+        assert len(_storages(piece["gt_bboxes"])) == 1  # cast once, by region
+        assert _storages(piece["gt_bboxes"]).isdisjoint(_storages(kept))
         assert torch.equal(piece["img"].cpu(), ref["img"][i])  # uint8: not cast
         for got, want in zip(piece["gt_bboxes"], ref["gt_bboxes"][i]):
             assert got.dtype == torch.float16 and torch.equal(got.cpu(), want.half())

@@ -65,9 +65,15 @@ def test_repeated_cuda_target_splits() -> None:
 def test_small_tensors_travel_in_one_packed_copy() -> None:
     batch = collate(_samples(4), samples_per_gpu=4)
     (gpu,) = scatter(batch, [0])
-    small = gpu["gt_bboxes"] + gpu["gt_labels"] + [gpu["label"], gpu["img"]]
-    # all of them are views of one device buffer: one host-to-device copy
+    # The containers' tensors are views of the chunk's one copy; the plain tensor
+    # ("label", collated outside any container) travels in the one packed copy.
+    small = gpu["gt_bboxes"] + gpu["gt_labels"] + [gpu["img"]]
     assert len({t.untyped_storage().data_ptr() for t in small}) == 1
+    assert gpu["label"].tolist() == [0, 1, 2, 3]
+    loose = [torch.ones(3), torch.zeros(2, 4), torch.arange(5), torch.tensor(7)]
+    moved = to_device_batched(loose, torch.device("cuda", 0))
+    assert len({t.untyped_storage().data_ptr() for t in moved}) == 1
+    assert all(torch.equal(a.cpu(), b) for a, b in zip(moved, loose))
     big = torch.zeros(PACK_LIMIT // 4 + 1)
     moved = to_device_batched([big, torch.ones(2)], torch.device("cuda", 0))
     assert moved[0].untyped_storage().data_ptr() != moved[1].untyped_storage().data_ptr()

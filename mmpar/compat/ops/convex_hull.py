@@ -10,8 +10,9 @@ stands for all.
 
 Every pair ``(i, j)`` of a set is tested as a hull edge at once: ``j`` follows ``i``
 when no point lies right of ``i -> j`` and the points on its line lie between
-``i`` and ``j``. The tests run in float64, where they are exact for float32
-coordinates; a set costs ``K**3`` comparisons, so sets are taken in chunks.
+``i`` and ``j``. The tests run in float64, each product rounded on its own (never fused
+into a sum), on every device alike, so that a point's test against its own edge is
+exactly 0; a set costs ``K**3`` comparisons, so sets are taken in chunks.
 
 :func:`convex_hull_area` gives only the area, for larger sets (mmcv's
 quadrilateral overlap takes the hull of up to 24 points per pair): about
@@ -63,10 +64,12 @@ def _hull(pts: Tensor) -> tuple[Tensor, Tensor]:
     n, k = pts.shape[:2]
     arange = torch.arange(k, device=pts.device)
     d = pts[:, None, :, :] - pts[:, :, None, :]  # d[b, i, j] = p_j - p_i
-    # cross[b, i, j, m] = (p_j - p_i) x (p_m - p_i): > 0 when m is left of i -> j. Sums of
-    # two products, as einsum (a batched matmul) is several times faster than broadcasting.
-    cross = torch.einsum("bijc,bimc->bijm", torch.stack([d[..., 0], -d[..., 1]], -1), d.flip(-1))
-    dot = torch.einsum("bijc,bimc->bijm", d, d)
+    # cross[b, i, j, m] = (p_j - p_i) x (p_m - p_i): > 0 when m is left of i -> j. Each
+    # product is rounded on its own, never fused: a matmul may fuse one product into the
+    # sum (cuBLAS does), and then cross[i, j, j] is a rounding error instead of 0.
+    dx, dy = d[..., 0], d[..., 1]
+    cross = dx[..., :, None] * dy[..., None, :] - dy[..., :, None] * dx[..., None, :]
+    dot = dx[..., :, None] * dx[..., None, :] + dy[..., :, None] * dy[..., None, :]
     length2 = dot.diagonal(dim1=-2, dim2=-1)[..., None]
     between = (dot >= 0) & (dot <= length2)
     is_edge = ((cross > 0) | ((cross == 0) & between)).all(-1) & (length2[..., 0] > 0)

@@ -12,7 +12,7 @@ from typing import Any
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from mmpar.compat.ops.backend import ArgumentError
+from mmpar.compat.ops.backend import ArgumentError, check_int
 from mmpar.compat.ops.deform_sampling import IntPair, check_per_point, conv_geometry, deform_conv
 from mmpar.compat.ops.modulated_deform_conv import (
     OffsetConvPack,
@@ -56,22 +56,29 @@ def deform_conv2d(
         deform_groups: Groups of input channels, each with its own offsets.
         bias: Must be False (mmcv's DCNv1 has no bias).
         im2col_step: How many images mmcv's kernel unrolls at a time. It does
-            not change the result, and torchvision's kernel chooses its own, so
-            it is accepted and unused (mmcv also requires the batch size to be
-            divisible by it; mmpar does not).
+            not change the result, and torchvision's kernel chooses its own; as
+            mmcv, a batch larger than it must be divisible by it.
 
     Returns:
         (N, C_out, out_h, out_w), ``offset``'s dtype.
 
     Raises:
         TypeError: a tensor is not floating point.
-        ArgumentError: ``bias`` is not False (mmcv asserts it; a ValueError too).
+        ArgumentError: ``bias`` is not False, or a batch larger than ``im2col_step``
+            is not divisible by it (mmcv asserts both; a ValueError too).
         ValueError: shapes or parameters that do not fit together.
     """
     op = "deform_conv2d"
     if bias is not False:
         raise ArgumentError(
             f"mmcv.ops.{op}: bias must be False (mmcv's DCNv1 has no bias), found {bias!r}"
+        )
+    step = check_int(f"mmcv.ops.{op}", "im2col_step", im2col_step, 1)
+    batch = input.size(0) if isinstance(input, Tensor) and input.dim() else 0
+    if batch and batch % min(step, batch):
+        raise ArgumentError(
+            f"mmcv.ops.{op}: batch size must be divisible by im2col_step when larger, as "
+            f"in mmcv: found batch size {batch}, im2col_step {step}"
         )
     stride_, padding_, dilation_, out_size = conv_geometry(
         op, input, weight, stride, padding, dilation, groups, deform_groups
@@ -98,7 +105,8 @@ class DeformConv2d(nn.Module):
         deform_groups: Groups of input channels with their own offsets
             (``deformable_groups=``, deprecated, is accepted with a warning).
         bias: Must be False.
-        im2col_step: Kept for mmcv's signature; see :func:`deform_conv2d`.
+        im2col_step: A batch larger than it must be divisible by it, as in mmcv; see
+            :func:`deform_conv2d`.
 
     Raises:
         ArgumentError: ``bias`` is set, or the channels are not divisible by ``groups``

@@ -13,9 +13,9 @@ or not.
 The arithmetic is the kernel's, in float32: the kernel means are sums in row-major order
 divided by the pixel count, and the squared distance is summed dimension by dimension,
 each square taken in float64 and each partial sum rounded to float32; a NaN distance
-counts as close, as in mmcv. Differences from mmcv-full: on CUDA (mmcv-full runs on the
-CPU only) the sums' order, hence their last bits, is not fixed, which can only matter
-for a pixel exactly at the threshold; inputs of other dtypes are converted (mmcv-full
+counts as close, as in mmcv. The sums run on the CPU on every device, so that CUDA
+input (mmcv-full runs on the CPU only) gets the same bits. Differences from mmcv-full:
+inputs of other dtypes are converted (mmcv-full
 takes only float32 scores and embeddings, bool masks, int32 labels and uint8 contours);
 and bad inputs raise one-line errors where mmcv-full's kernel reads out of bounds.
 """
@@ -152,9 +152,11 @@ def pixel_group(
     embed = tensors["embedding"].float().reshape(height * width, tensors["embedding"].shape[2])
     flat = labels.flatten()
     kernel = torch.nonzero(flat > 0).squeeze(1)
-    # index_add_ on the CPU adds in index order: the kernel's row-major float32 sums.
-    sums = embed.new_zeros(num, embed.shape[1]).index_add_(0, flat[kernel], embed[kernel])
-    means = sums / torch.bincount(flat[kernel], minlength=num)[:, None].float()
+    # index_add_ on the CPU adds in index order: the kernel's row-major float32 sums. On a
+    # GPU, atomic adds in any order would change their last bits.
+    owner = flat[kernel].cpu()
+    sums = torch.zeros(num, embed.shape[1]).index_add_(0, owner, embed[kernel].cpu())
+    means = (sums / torch.bincount(owner, minlength=num)[:, None].float()).to(embed.device)
     seeds = torch.nonzero((flat > 0) & (tensors["kernel_contour"].flatten() != 0)).squeeze(1)
     grown = grow_regions(
         labels,
@@ -168,6 +170,7 @@ def pixel_group(
 
 def _instances(grown: Tensor, scores: Tensor, num: int, width: int) -> List[List[float]]:
     """mmcv's ``[mean score, count, x0, y0, ...]`` per label of ``grown`` (flat labels)."""
+    grown, scores = grown.cpu(), scores.cpu()  # the CPU's sums, in index order; lists out
     pixels = torch.nonzero(grown > 0).squeeze(1)
     owner = grown[pixels]
     counts = torch.bincount(owner, minlength=num)

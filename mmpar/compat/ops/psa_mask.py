@@ -86,7 +86,7 @@ def psa_mask(
         mask_size: (h_mask, w_mask), or one int for both.
 
     Returns:
-        (N, H * W, H, W), input's dtype and device. collect:
+        (N, H * W, H, W), contiguous, input's dtype and device. collect:
         ``out[n, q, y, x]`` relates (y, x) to position q = y' * W + x';
         distribute: ``out[n, p, y', x']`` relates position p = y * W + x to
         (y', x'). Pairs farther apart than the mask reaches are zero.
@@ -121,7 +121,8 @@ def psa_mask(
         pairs.masked_fill_(cols_outside.view(1, 1, width, 1, width), 0)
     if kind == 1:
         pairs = pairs.permute(0, 3, 4, 1, 2)
-    return pairs.reshape(n, height * width, height, width)
+    # Contiguous, as mmcv's kernels write it: callers view(-1) it.
+    return pairs.reshape(n, height * width, height, width).contiguous()
 
 
 class PSAMaskFunction:

@@ -43,6 +43,7 @@ def test_matches_loop_forward_and_backward(device, kind, height, width, h_mask, 
     out = PSAMask(kind, (h_mask, w_mask))(ours_in)
     ref = _reference(ref_in, kind, h_mask, w_mask)
     assert out.shape == (2, height * width, height, width) and out.device == ours_in.device
+    assert out.is_contiguous()  # as mmcv's kernels write it: PSANet's heads view(-1) it
     torch.testing.assert_close(out.cpu(), ref, rtol=0, atol=0)
     grad = torch.randn(ref.shape, generator=gen, dtype=torch.float64)
     out.backward(grad.to(device))
