@@ -117,7 +117,6 @@ def test_amp_on_cuda_without_cuda_is_a_clear_error() -> None:
 
 
 @pytest.mark.cuda
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_float16_on_cuda_trains_with_a_scaler() -> None:
     model = Linear().cuda()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

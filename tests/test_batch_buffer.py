@@ -21,7 +21,7 @@ from mmpar.stacking import pad_stack
 from tests._containers import assert_same
 from tests.strategies import Case, cases
 
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+cuda = pytest.mark.cuda
 
 
 def _sample(i: int) -> Dict[str, Any]:

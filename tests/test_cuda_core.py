@@ -13,7 +13,6 @@ from mmpar.transfer import PACK_LIMIT, to_device_batched
 
 pytestmark = [
     pytest.mark.cuda,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
 ]
 
 

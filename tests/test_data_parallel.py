@@ -14,7 +14,7 @@ from mmpar.data_parallel import MMDataParallel, check_module_device, data_parall
 from mmpar.scatter_gather import to_device
 from tests._containers import UnwrappedSteps, has_container
 
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+needs_cuda = pytest.mark.cuda
 needs_2_gpus = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA devices")
 
 

@@ -64,7 +64,7 @@ def test_cuda_without_cuda(target: Any) -> None:
         resolve_device(target)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.cuda
 def test_cuda_spellings() -> None:
     assert (
         resolve_device(0)

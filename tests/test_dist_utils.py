@@ -107,7 +107,7 @@ def test_init_dist_world_of_one_in_process(clean_env: pytest.MonkeyPatch) -> Non
     assert get_dist_info() == (0, 1)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.cuda
 def test_init_dist_defaults_to_nccl_with_cuda(clean_env: pytest.MonkeyPatch) -> None:
     clean_env.setenv("SLURM_PROCID", "0")
     clean_env.setenv("SLURM_NTASKS", "1")

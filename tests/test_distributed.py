@@ -432,7 +432,7 @@ def test_bench_section_runs_quick() -> None:
     assert re.search(r"^- Target: .*<= 5%: \*\*(met|not met)\*\*", text, re.M)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.cuda
 def test_cuda_inputs_land_on_the_process_device(group_of_one: None) -> None:
     seen: List[dict] = []
 

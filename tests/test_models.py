@@ -161,7 +161,6 @@ def test_syncbn_without_process_group_becomes_batchnorm() -> None:
 
 
 @pytest.mark.cuda
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_train_and_test_on_one_gpu() -> None:
     from mmpar.collate import collate as collate_fn
 

@@ -221,7 +221,7 @@ def test_bad_arguments_are_named() -> None:
         parallel_apply(lambda v: v, [1], devices="cpu")
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.cuda
 def test_cuda_threads_use_their_device_and_stream() -> None:
     n = torch.cuda.device_count()
     devices = list(range(n)) * 2 if n == 1 else list(range(n))

@@ -115,7 +115,7 @@ def test_scatter_and_gather_keep_no_reference_to_their_inputs_on_cpu() -> None:
     gc.collect()
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.cuda
 def test_scatter_to_cuda_keeps_no_batch_alive_after_the_step() -> None:
     device = torch.device("cuda", 0)
     torch.cuda.synchronize()

@@ -382,7 +382,6 @@ def test_torchrun_two_nccl_processes_on_one_gpu_stop_with_a_clear_error(tmp_path
 
 @pytest.mark.slow
 @pytest.mark.cuda
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_torchrun_one_nccl_process_trains_on_the_gpu(tmp_path: Path) -> None:
     options = TINY + ["runner.max_epochs=1", "dist_params.backend='nccl'"]
     proc = run_tool(

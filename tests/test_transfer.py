@@ -104,7 +104,7 @@ def test_pin_memory_structure_without_pinning() -> None:
     )  # a class with a pin_memory method is not called
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="pinning needs CUDA")
+@pytest.mark.cuda
 def test_pin_memory_pins_every_tensor() -> None:
     meta = DataContainer([[{"k": torch.zeros(2)}]], cpu_only=True)
     data = {

@@ -160,7 +160,7 @@ def test_pin_memory_defaults_to_no_pinning() -> None:
         unregister_type(BoxList)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="pinning needs CUDA")
+@pytest.mark.cuda
 def test_pinned_for_real(boxlist_registered: TypeHandler) -> None:
     out = pin_memory(collate(_samples(2), 2))
     assert all(t.is_pinned() for t in out["boxes"].boxes)

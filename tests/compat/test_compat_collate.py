@@ -235,7 +235,7 @@ def test_scatter_and_to_device_take_mmcv_batches() -> None:
 
 
 @requires_mmcv
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="pinning needs CUDA")
+@pytest.mark.cuda
 def test_pin_memory_takes_mmcv_batches() -> None:
     from mmcv.parallel import DataContainer as MmcvDC
     from mmcv.parallel import collate as mmcv_collate

@@ -161,7 +161,7 @@ def test_pin_memory_returns_mmpar_containers(mmcv_parallel: Any) -> None:
     assert type(pinned) is DataContainer and pinned.data == {"index": 0} and pinned.cpu_only
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="pinning needs CUDA")
+@pytest.mark.cuda
 def test_pin_memory_pins_mmcv_container_data(mmcv_parallel: Any) -> None:
     pinned = pin_memory([mmcv_parallel.DataContainer(torch.rand(3, 4), stack=True)])[0]
     assert type(pinned) is DataContainer and pinned.stack and pinned.data.is_pinned()

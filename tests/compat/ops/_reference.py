@@ -68,7 +68,6 @@ DEVICES = [
         "cuda",
         marks=[
             pytest.mark.cuda,
-            pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
         ],
     ),
 ]
