@@ -19,6 +19,7 @@ from typing import Any, Dict
 from mmpar.compat.ops import deprecated_wrappers, saconv
 from mmpar.compat.ops.active_rotated_filter import active_rotated_filter
 from mmpar.compat.ops.bbox import bbox_overlaps
+from mmpar.compat.ops.border_align import BorderAlign, border_align
 from mmpar.compat.ops.box_iou_quadri import box_iou_quadri
 from mmpar.compat.ops.box_iou_rotated import box_iou_rotated
 from mmpar.compat.ops.carafe import CARAFE, CARAFENaive, CARAFEPack, carafe, carafe_naive
@@ -82,6 +83,7 @@ MODULES: Dict[str, ModuleType] = {
     for name in (
         "active_rotated_filter",
         "bbox",
+        "border_align",
         "box_iou_quadri",
         "box_iou_rotated",
         "carafe",
@@ -194,6 +196,8 @@ __all__ = [
     "ConvTranspose2d",
     "Linear",
     "MaxPool2d",
+    "BorderAlign",
+    "border_align",
 ]
 
 
