@@ -65,6 +65,7 @@ from mmpar.compat.ops.point_sample import (
     rel_roi_point_to_rel_img_point,
 )
 from mmpar.compat.ops.points_in_polygons import points_in_polygons
+from mmpar.compat.ops.prroi_pool import PrRoIPool, prroi_pool
 from mmpar.compat.ops.psa_mask import PSAMask
 from mmpar.compat.ops.riroi_align_rotated import RiRoIAlignRotated, riroi_align_rotated
 from mmpar.compat.ops.roi_align import RoIAlign, roi_align
@@ -108,6 +109,7 @@ MODULES: Dict[str, ModuleType] = {
         "pixel_group",
         "point_sample",
         "points_in_polygons",
+        "prroi_pool",
         "psa_mask",
         "riroi_align_rotated",
         "roi_align",
@@ -198,6 +200,8 @@ __all__ = [
     "MaxPool2d",
     "BorderAlign",
     "border_align",
+    "PrRoIPool",
+    "prroi_pool",
 ]
 
 
