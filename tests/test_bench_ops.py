@@ -18,6 +18,8 @@ OPS = (
     "RoIAlign max",
     "DeformRoIPool",
     "DeformRoIPool fwd+bwd",
+    "prroi_pool fwd+bwd",
+    "border_align fwd+bwd",
     "batched_nms",
     "soft_nms",
     "box_iou_rotated",

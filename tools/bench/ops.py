@@ -180,6 +180,57 @@ def rotated_rows(quick: bool) -> List[Row]:
     return rows
 
 
+def pooling_rows(quick: bool) -> List[Row]:
+    """prroi_pool and border_align (no mmdet 2.x model uses them; no target): forward and
+    backward against RoIAlign avg's, on the same map and rois or as many samples."""
+    from mmpar.compat.ops import border_align, prroi_pool, roi_align
+
+    rounds = 2 if quick else 9
+    channels, count = (32, 16) if quick else (256, 128)
+    gen = torch.Generator().manual_seed(3)
+    image = (800, 1088)
+    x = torch.randn(1, channels, image[0] // 16, image[1] // 16, generator=gen)
+    x.requires_grad_()
+    rois = _rois(count, (32.0, 512.0), image, seed=4)
+    grad = torch.randn(count, channels, 7, 7, generator=gen)
+    ours, ref, ratio = compare(
+        lambda: prroi_pool(x, rois, 7, 1 / 16).backward(grad),
+        lambda: roi_align(x, rois, 7, 1 / 16, 0, "avg").backward(grad),
+        rounds,
+    )
+    case = f"7x7, {count} rois of 32-512 px, stride 16, {channels} ch, input gradient"
+    rows: List[Row] = [
+        ("prroi_pool fwd+bwd", case, "RoIAlign avg fwd+bwd, sampling_ratio 0", ours, ref, ratio, "")
+    ]
+    # BorderDet's head: one box per pixel of a stride-8 map, 11 points per border; the
+    # reference reads as many bilinear samples: each box as a roi of (1, 11) bins over all
+    # 4C channels, one sample a bin.
+    side, pool = (8, 10) if quick else (32, 10)
+    feat = torch.randn(1, 4 * (channels // 4), side, side, generator=gen).requires_grad_()
+    centre = torch.rand(side * side, 2, generator=gen) * side
+    half = torch.rand(side * side, 2, generator=gen) * 6
+    boxes = torch.cat([centre - half, centre + half], 1)[None]
+    box_rois = torch.cat([torch.zeros(side * side, 1), boxes[0]], 1)
+    ours, ref, ratio = compare(
+        lambda: border_align(feat, boxes, pool).sum().backward(),
+        lambda: roi_align(feat, box_rois, (1, pool + 1), 1.0, 1, "avg", True).sum().backward(),
+        rounds,
+    )
+    case = f"{side}x{side} map, one box a pixel, pool_size {pool}, {channels} ch"
+    rows.append(
+        (
+            "border_align fwd+bwd",
+            case,
+            "RoIAlign avg fwd+bwd, as many samples",
+            ours,
+            ref,
+            ratio,
+            "",
+        )
+    )
+    return rows
+
+
 def _cpu() -> str:
     try:
         with open("/proc/cpuinfo") as info:
@@ -208,7 +259,7 @@ def run(quick: bool = False) -> str:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        rows = roi_rows(quick) + nms_rows(quick) + rotated_rows(quick)
+        rows = roi_rows(quick) + pooling_rows(quick) + nms_rows(quick) + rotated_rows(quick)
     finally:
         torch.set_num_threads(threads)
     lines = [
