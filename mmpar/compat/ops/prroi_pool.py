@@ -25,7 +25,9 @@ form by the backward (no second-order gradients, as mmcv).
 Beyond mmcv (float32 only, CUDA only): float64 on any device, float16/bfloat16 computed in
 float32; ``rois`` must have ``input``'s dtype. Bad batch indices and non-finite rois are
 refused on the CPU and pool 0 elsewhere (see :mod:`~mmpar.compat.ops.roi_inputs`). A NaN or
-inf pixel makes NaN every bin (of its channel) of the rois whose window holds it.
+inf pixel makes NaN every bin (of its channel) of the rois whose window holds it. The
+products are matrix products: where TF32 matmuls are allowed
+(``torch.backends.cuda.matmul.allow_tf32``), float32 pooling runs in TF32 too.
 """
 
 from __future__ import annotations
