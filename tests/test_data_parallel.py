@@ -194,6 +194,7 @@ def test_cuda_params_placement_is_checked() -> None:
         wrapped(**collate(_samples(2), samples_per_gpu=2))
 
 
+@needs_cuda
 @needs_2_gpus
 def test_cuda_several_devices_refuse_train_and_val_step() -> None:
     wrapped = MMDataParallel(Recorder().cuda(0), device_ids=[0, 1])
@@ -203,6 +204,7 @@ def test_cuda_several_devices_refuse_train_and_val_step() -> None:
             step(batch)
 
 
+@needs_cuda
 @needs_2_gpus
 def test_cuda_multi_gpu_forward_gathers_results_in_order() -> None:
     model = Recorder().cuda(0)
@@ -215,6 +217,7 @@ def test_cuda_multi_gpu_forward_gathers_results_in_order() -> None:
     assert devices == ["cuda:0", "cuda:1"]
 
 
+@needs_cuda
 @needs_2_gpus
 def test_cuda_data_parallel_replicates_over_gpus() -> None:
     model = nn.Linear(3, 2).cuda(0)

@@ -10,7 +10,7 @@ from mmpar import MMDataParallel, collate, normalize_batch, scatter
 from mmpar.data import SyntheticShapes
 from mmpar.device_norm import needs_device_norm, normalize_images
 
-DEVICES = ["cpu"] + (["cuda:0"] if torch.cuda.is_available() else [])
+DEVICES = ["cpu", pytest.param("cuda:0", marks=pytest.mark.cuda)]
 
 
 def _pipeline(

@@ -155,7 +155,8 @@ def pixel_group(
     # index_add_ on the CPU adds in index order: the kernel's row-major float32 sums. On a
     # GPU, atomic adds in any order would change their last bits.
     owner = flat[kernel].cpu()
-    sums = torch.zeros(num, embed.shape[1]).index_add_(0, owner, embed[kernel].cpu())
+    sums = embed.new_zeros(num, embed.shape[1], device="cpu")
+    sums.index_add_(0, owner, embed[kernel].cpu())
     means = (sums / torch.bincount(owner, minlength=num)[:, None].float()).to(embed.device)
     seeds = torch.nonzero((flat > 0) & (tensors["kernel_contour"].flatten() != 0)).squeeze(1)
     grown = grow_regions(

@@ -160,7 +160,10 @@ def _pool(chunk: _Chunk, window: Tensor) -> Tensor:
     """``(k, PH, PW, C)``: each bin's integral divided by its area."""
     k, ph = chunk.wy.shape[:2]
     along_y = torch.bmm(chunk.wy, window).view(k, ph, chunk.wx.shape[2], -1)  # (k, PH, LW, C)
-    return torch.matmul(chunk.wx[:, None], along_y) * chunk.inv_area[:, None, None, None]
+    pooled = torch.matmul(chunk.wx[:, None], along_y) * chunk.inv_area[:, None, None, None]
+    # A bin that reads no pixel is 0, even where its window holds a NaN (0 * NaN).
+    reads = (chunk.wy != 0).any(-1)[:, :, None] & (chunk.wx != 0).any(-1)[:, None, :]
+    return torch.where(reads[..., None], pooled, 0.0)
 
 
 def _input_grad(chunk: _Chunk, grad: Tensor) -> Tensor:
@@ -239,10 +242,14 @@ class _PrRoIPoolFunction(torch.autograd.Function):
             chunk = _Chunk(boxes[idx], ctx.out_size, ctx.scale, (h, w), (top_h, top_w))
             grad = grad_last[idx]
             if grad_table is not None:
-                g_window = _input_grad(chunk, grad).view(-1, c)
+                g_window = _input_grad(chunk, grad).view(chunk.index.numel(), c)
                 grad_table.index_add_(0, chunk.index.flatten(), g_window)
             if grad_rois is not None and table is not None:
-                grad_rois[idx] = _rois_grad(chunk, _window(table, chunk), grad, ctx.scale)
+                roi_grad = _rois_grad(chunk, _window(table, chunk), grad, ctx.scale)
+                # A roi of zero area, or off the map, reads nothing: no gradient, even
+                # where its clamped window holds a NaN.
+                reads = (chunk.wy != 0).any((1, 2)) & (chunk.wx != 0).any((1, 2))
+                grad_rois[idx] = torch.where((chunk.valid & reads)[:, None], roi_grad, 0.0)
         grad_feat = None
         if grad_table is not None:
             grad_feat = grad_table.view(n, h, w, c).permute(0, 3, 1, 2).contiguous()

@@ -190,3 +190,16 @@ def test_distance_threshold_nan_or_negative(threshold):
             np.zeros((2, 3), np.uint8)]  # fmt: skip
     with pytest.raises(ValueError, match="pixel_group: distance_threshold must be a number >= 0"):
         pixel_group(*args, 2, threshold)
+
+
+def test_a_float64_default_dtype_changes_nothing():
+    """The CPU sums take the embedding's dtype, not torch's default."""
+    score, mask, embedding, label, contour, num = random_case(0)
+    expected = reference(score, mask, embedding, label, contour, num, 0.45)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        got = pixel_group(score, mask, embedding, label, contour, num, 0.45)
+    finally:
+        torch.set_default_dtype(default)
+    assert got == expected

@@ -185,7 +185,9 @@ def test_mmcv_test_numbers(device, dtype):
     for (inp, rois), (out_ref, grad_ref, rois_ref) in zip(MMCV_ROI_CASES, _MMCV_EXPECTED):
         x = torch.tensor(inp, dtype=dtype, device=device)
         r = torch.tensor(rois, dtype=dtype, device=device)
-        out, grad_in, grad_rois = _run(x, r, (2, 2), 1.0, torch.ones(1, x.shape[1], 2, 2))
+        out, grad_in, grad_rois = _run(
+            x, r, (2, 2), 1.0, torch.ones(1, x.shape[1], 2, 2, dtype=dtype, device=device)
+        )
         for found, expected in ((out, out_ref), (grad_in, grad_ref), (grad_rois, rois_ref)):
             expected = torch.tensor(expected, dtype=dtype)
             torch.testing.assert_close(found.cpu(), expected, rtol=1e-6, atol=1e-6)
@@ -269,6 +271,33 @@ def test_huge_roi_is_bounded_by_the_map(device):
     assert torch.isfinite(grad_rois).all()
     big32 = prroi_pool(x.float(), big.float(), (3, 3), 1.0)
     torch.testing.assert_close(big32.double(), out, rtol=1e-4, atol=1e-20)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_rois_that_read_no_pixel_are_zero_beside_a_nan(device):
+    """Empty, inverted and off-map rois give 0 and no roi gradient, as mmcv, even where
+    their clamped window holds a NaN pixel."""
+    x = torch.randn(1, 1, 8, 8, dtype=torch.float64, device=device)
+    x[0, 0, 0, 0] = float("nan")
+    rois = torch.tensor(
+        [[0, 1, 1, 1, 3], [0, -20, -20, -15, -15], [0, 3, 3, 1, 1]],
+        dtype=torch.float64,
+        device=device,
+    )
+    out, _, grad_rois = _run(
+        x, rois, (2, 2), 1.0, torch.ones(3, 1, 2, 2, dtype=x.dtype, device=device)
+    )
+    assert not out.any() and not out.isnan().any()
+    assert not grad_rois.any() and not grad_rois.isnan().any()
+
+
+def test_no_channels_forward_and_backward():
+    x = torch.randn(1, 0, 6, 7, requires_grad=True)
+    rois = torch.tensor([[0, 1, 1, 4, 5.0]], requires_grad=True)
+    out = prroi_pool(x, rois, 2)
+    assert out.shape == (1, 0, 2, 2)
+    out.sum().backward()
+    assert x.grad.shape == x.shape and rois.grad.shape == rois.shape
 
 
 def test_nan_pixel_spreads_over_its_rois_window():
