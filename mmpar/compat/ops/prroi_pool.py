@@ -126,6 +126,10 @@ class _Chunk:
         weight = _tri_integral(lo[:, :, None] - pix, hi[:, :, None] - pix)
         return torch.where(inside[:, None, :], weight, 0.0)
 
+    def reads(self) -> Tensor:
+        """``(k, PH, PW)`` bool: whether each bin reads a pixel (0 * NaN stays out of it)."""
+        return (self.wy != 0).any(-1)[:, :, None] & (self.wx != 0).any(-1)[:, None, :]
+
     def edge_tri(self, edges: Tensor, pixels: Tensor, inside: Tensor) -> Tensor:
         """``(k, P, L)`` ``tri(edge - pixel)``: ``f``'s interpolation weights on an edge."""
         value = _tri(edges[:, :, None] - pixels.to(edges.dtype)[:, None, :])
@@ -161,9 +165,7 @@ def _pool(chunk: _Chunk, window: Tensor) -> Tensor:
     k, ph = chunk.wy.shape[:2]
     along_y = torch.bmm(chunk.wy, window).view(k, ph, chunk.wx.shape[2], -1)  # (k, PH, LW, C)
     pooled = torch.matmul(chunk.wx[:, None], along_y) * chunk.inv_area[:, None, None, None]
-    # A bin that reads no pixel is 0, even where its window holds a NaN (0 * NaN).
-    reads = (chunk.wy != 0).any(-1)[:, :, None] & (chunk.wx != 0).any(-1)[:, None, :]
-    return torch.where(reads[..., None], pooled, 0.0)
+    return torch.where(chunk.reads()[..., None], pooled, 0.0)
 
 
 def _input_grad(chunk: _Chunk, grad: Tensor) -> Tensor:
@@ -248,8 +250,8 @@ class _PrRoIPoolFunction(torch.autograd.Function):
                 roi_grad = _rois_grad(chunk, _window(table, chunk), grad, ctx.scale)
                 # A roi of zero area, or off the map, reads nothing: no gradient, even
                 # where its clamped window holds a NaN.
-                reads = (chunk.wy != 0).any((1, 2)) & (chunk.wx != 0).any((1, 2))
-                grad_rois[idx] = torch.where((chunk.valid & reads)[:, None], roi_grad, 0.0)
+                reads = chunk.valid & chunk.reads().flatten(1).any(1)
+                grad_rois[idx] = torch.where(reads[:, None], roi_grad, 0.0)
         grad_feat = None
         if grad_table is not None:
             grad_feat = grad_table.view(n, h, w, c).permute(0, 3, 1, 2).contiguous()
