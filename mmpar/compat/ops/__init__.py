@@ -42,7 +42,12 @@ from mmpar.compat.ops.focal_loss import (
     sigmoid_focal_loss,
     softmax_focal_loss,
 )
+from mmpar.compat.ops.furthest_point_sample import (
+    furthest_point_sample,
+    furthest_point_sample_with_dist,
+)
 from mmpar.compat.ops.fused_bias_leakyrelu import FusedBiasLeakyReLU, fused_bias_leakyrelu
+from mmpar.compat.ops.gather_points import gather_points
 from mmpar.compat.ops.info import (
     get_compiler_version,
     get_compiling_cuda_version,
@@ -65,6 +70,7 @@ from mmpar.compat.ops.point_sample import (
     rel_roi_point_to_rel_img_point,
 )
 from mmpar.compat.ops.points_in_polygons import points_in_polygons
+from mmpar.compat.ops.points_sampler import PointsSampler
 from mmpar.compat.ops.prroi_pool import PrRoIPool, prroi_pool
 from mmpar.compat.ops.psa_mask import PSAMask
 from mmpar.compat.ops.riroi_align_rotated import RiRoIAlignRotated, riroi_align_rotated
@@ -98,7 +104,9 @@ MODULES: Dict[str, ModuleType] = {
         "deprecated_wrappers",
         "diff_iou_rotated",
         "focal_loss",
+        "furthest_point_sample",
         "fused_bias_leakyrelu",
+        "gather_points",
         "info",
         "masked_conv",
         "merge_cells",
@@ -109,6 +117,7 @@ MODULES: Dict[str, ModuleType] = {
         "pixel_group",
         "point_sample",
         "points_in_polygons",
+        "points_sampler",
         "prroi_pool",
         "psa_mask",
         "riroi_align_rotated",
@@ -182,7 +191,11 @@ __all__ = [
     "box_iou_quadri",
     "nms_rotated",
     "MultiScaleDeformableAttention",
+    "gather_points",
+    "furthest_point_sample",
     "nms_quadri",
+    "furthest_point_sample_with_dist",
+    "PointsSampler",
     "points_in_polygons",
     "min_area_polygons",
     "convex_iou",
