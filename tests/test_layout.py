@@ -230,3 +230,43 @@ def test_only_the_registry_and_config_import_by_name() -> None:
                 if name in {"import_module", "__import__"} and module not in allowed:
                     wrong.append(f"{path.relative_to(ROOT.parent)}:{node.lineno}: {name}")
     assert not wrong, "\n".join(wrong)
+
+
+OPS = ROOT / "compat" / "ops"
+
+
+def _ops_faces() -> Set[str]:
+    """The names in ``mmpar/compat/ops/__init__.py``'s ``MODULES``: mmcv's modules."""
+    for node in ast.walk(ast.parse((OPS / "__init__.py").read_text())):
+        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", "") == "MODULES":
+            names = [t for t in ast.walk(node.value) if isinstance(t, ast.Tuple)]
+            return {n.value for t in names for n in t.elts if isinstance(n, ast.Constant)}
+    raise AssertionError("mmpar/compat/ops/__init__.py has no MODULES")
+
+
+def test_ops_faces_are_flat_and_machinery_in_subpackages() -> None:
+    """A flat module of ``mmpar/compat/ops`` is one of mmcv's ``mmcv.ops`` modules (or
+    ``backend``, the argument checks every face shares); shared machinery lives in
+    subpackages (``geometry``, ``roi``, ``suppression``, ...)."""
+    faces = _ops_faces()
+    flat = {p.stem for p in OPS.glob("*.py")} - {"__init__"}
+    assert not flat - faces - {"backend"}, (
+        f"not mmcv modules, move into a subpackage or add to MODULES: {sorted(flat - faces)}"
+    )
+    assert not faces - flat, f"MODULES names no flat module: {sorted(faces - flat)}"
+    for sub in (p for p in OPS.iterdir() if p.is_dir() and p.name != "__pycache__"):
+        assert sub.name not in faces, f"{sub.name}: a subpackage named as an mmcv module"
+        assert (sub / "__init__.py").is_file(), f"{sub}: machinery packages have an __init__.py"
+
+
+def test_ops_machinery_does_not_import_the_faces() -> None:
+    faces = {f"mmpar.compat.ops.{name}" for name in _ops_faces()}
+    wrong = []
+    for module, path in MODULES.items():
+        if not module.startswith("mmpar.compat.ops.") or module.count(".") < 4:
+            continue
+        for imported, names, line in _imports(path):
+            hit = [t for t in _targets(imported, names) if t in faces]
+            if hit:
+                wrong.append(f"{path.relative_to(ROOT.parent)}:{line}: imports the face {hit}")
+    assert not wrong, "\n".join(wrong)

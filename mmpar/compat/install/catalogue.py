@@ -26,6 +26,7 @@ __all__ = [
     "MMCV_BUILD_TOOLS",
     "MMCV_RELEASES",
     "NOT_INSTALLED",
+    "READ_FROM_WHEEL",
     "RELAXED",
     "REPLACED",
     "Codebase",
@@ -126,9 +127,29 @@ REPLACED: Dict[Tuple[str, str], Tuple[str, str]] = {
 RELAXED: Dict[Tuple[str, str], str] = {
     ("mmtrack", "pandas"): "pandas <= 1.3.5 has no wheel for Python >= 3.11",
     ("mmtrack", "scipy"): "scipy <= 1.7.3 has no wheel for Python >= 3.11",
-    ("mmdet3d", "numba"): "numba 0.53.0 has no wheel for Python >= 3.10",
+    ("mmdet3d", "numba"): (
+        "numba 0.53.0 has no wheel for Python >= 3.10; pip takes the newest numba whose "
+        "numpy range holds the installed numpy (numba's numba.core API, which mmdet3d uses)"
+    ),
     ("mmdet3d", "networkx"): "networkx < 2.3 imports fractions.gcd, gone in Python 3.9",
     ("mmdet3d", "trimesh"): "trimesh 2.35.39 uses numpy aliases removed in numpy 1.24",
+    ("nuscenes-devkit", "numpy"): (
+        "nuscenes-devkit 1.2.0 asks numpy < 2, and would move numpy back to 1.x; what "
+        "mmdet3d imports of it (its Box, its evaluation) runs on numpy 2"
+    ),
+    ("nuscenes-devkit", "shapely"): (
+        "nuscenes-devkit 1.2.0 asks Shapely 2.0.x; it uses Shapely's polygons only"
+    ),
+}
+
+#: Requirements of the codebases installed from their newest wheel without the
+#: requirements it names as written: those are read from the wheel and resolved with
+#: :data:`RELAXED`'s changes (requirement name -> why).
+READ_FROM_WHEEL: Dict[str, str] = {
+    "nuscenes-devkit": (
+        "its newest release asks numpy < 2, and 1.1.11 (the last without) matplotlib < 3.6, "
+        "which numpy 2 cannot load"
+    ),
 }
 
 #: (who requires it, requirement name) -> why it is not installed.

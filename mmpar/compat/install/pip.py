@@ -19,14 +19,19 @@ import zipfile
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from packaging.requirements import Requirement
+from packaging.version import Version
+
 from mmpar.compat.install.errors import InstallError
 
 __all__ = [
     "build_wheel",
     "cache_dir",
+    "cached_newest",
     "cached_wheel",
     "check_pip",
     "environ_with",
+    "fetch_newest",
     "fetch_wheel",
     "install",
     "resolve",
@@ -142,6 +147,29 @@ def fetch_wheel(dist: str, version: str, cache: Path, no_isolation: bool = False
     wheel = cached_wheel(dist, version, cache)
     if wheel is None:
         raise InstallError(f"pip left no {dist}-{version} wheel in {cache}")
+    return wheel
+
+
+def cached_newest(requirement: str, cache: Path) -> Optional[Path]:
+    """The newest cached wheel that meets ``requirement`` (``name<spec>``), if any."""
+    wanted = Requirement(requirement)
+    stem = re.sub(r"[-_.]+", "_", wanted.name).lower()
+    found = []
+    for wheel in cache.glob(f"{stem}-*.whl") if cache.is_dir() else []:
+        version = wheel.name.split("-")[1]
+        if wanted.specifier.contains(version, prereleases=True):
+            found.append((Version(version), wheel))
+    return max(found)[1] if found else None
+
+
+def fetch_newest(requirement: str, cache: Path) -> Path:
+    """Download the newest wheel that meets ``requirement`` into ``cache``, nothing else."""
+    name = Requirement(requirement).name
+    args = ["download", "-q", "--no-deps", "--only-binary", ":all:", requirement]
+    _pip(sys.executable, [*args, "-d", str(cache)], f"get {name}")
+    wheel = cached_newest(requirement, cache)
+    if wheel is None:
+        raise InstallError(f"pip left no wheel of {requirement} in {cache}")
     return wheel
 
 

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from mmpar.compat.install.catalogue import (
@@ -16,6 +17,7 @@ from mmpar.compat.install.catalogue import (
     CODEBASES,
     MMCV_BUILD_ENV,
     MMCV_BUILD_TOOLS,
+    READ_FROM_WHEEL,
     choose_mmcv,
     parse_codebases,
 )
@@ -24,8 +26,10 @@ from mmpar.compat.install.errors import InstallError
 from mmpar.compat.install.pip import (
     build_wheel,
     cache_dir,
+    cached_newest,
     cached_wheel,
     check_pip,
+    fetch_newest,
     fetch_wheel,
     install,
     resolve,
@@ -176,6 +180,12 @@ class Installer:
                     f"would build {self._named(dist)} in a throwaway venv (setuptools<70, "
                     f"MMCV_WITH_OPS=0) into {self.cache}, and install it"
                 )
+            elif CODEBASES[dist].setup_imports_torch:
+                self.say(
+                    f"would make the wheel of {self._named(dist)} from its sdist with this "
+                    f"Python's torch (its setup.py imports torch, and compiles nothing) into "
+                    f"{self.cache}, and install it"
+                )
             else:
                 self.say(f"would download {self._named(dist)} into {self.cache}, and install it")
         owners, unknown = self._owners(wheels)
@@ -183,6 +193,12 @@ class Installer:
         if not pending and not needs.missing:
             self._already()
             return
+        for spec in _from_wheel(needs):
+            where = cached_newest(spec, self.cache) or "the newest wheel"
+            self.say(
+                f"would install {spec} from {where}, and resolve the requirements read from it "
+                f"instead of as written: {READ_FROM_WHEEL[_name(spec)]}"
+            )
         if needs.missing:
             self.say(
                 f"would have pip resolve (torch pinned) and install: {', '.join(needs.missing)}"
@@ -229,8 +245,13 @@ class Installer:
             wheel = build_wheel("mmcv", version, self.cache, MMCV_BUILD_TOOLS, MMCV_BUILD_ENV)
             how = "built in a throwaway venv (setuptools<70, MMCV_WITH_OPS=0)"
         else:
-            wheel = fetch_wheel(dist, version, self.cache, CODEBASES[dist].setup_imports_torch)
-            how = "fetched"
+            torch = CODEBASES[dist].setup_imports_torch
+            wheel = fetch_wheel(dist, version, self.cache, torch)
+            how = (
+                "made from its sdist with this Python's torch, nothing compiled"
+                if torch
+                else "fetched"
+            )
         self.say(f"{dist} {version}: {how} in {_secs(start)}, cached as {wheel}")
         self._strip(dist, wheel)
         return wheel
@@ -243,9 +264,27 @@ class Installer:
                 "(it would shadow other projects' packages of that name)"
             )
 
+    def _read_from_wheels(self, needs: Needs) -> List[str]:
+        """The wheels of :data:`READ_FROM_WHEEL` requirements in ``needs.missing``, whose
+        place there their own requirements (read from the wheel, changed as listed) take."""
+        wheels = []
+        for spec in _from_wheel(needs):
+            wheel = cached_newest(spec, self.cache) or fetch_newest(spec, self.cache)
+            needs.missing.remove(spec)
+            name, version = _name(spec), wheel.name.split("-")[1]
+            self.say(
+                f"{name} {version} from {wheel}, the requirements read from it resolved "
+                f"instead of as written: {READ_FROM_WHEEL[name]}"
+            )
+            own = self._needs([(name, wheel_requires(wheel))])
+            needs.missing += [m for m in own.missing if m not in needs.missing]
+            wheels.append(str(wheel))
+        return wheels
+
     def _resolved(self, needs: Needs, constraints: Path) -> List[str]:
+        wheels = self._read_from_wheels(needs)
         if not needs.missing:
-            return []
+            return wheels
         start = time.perf_counter()
         resolved = resolve(needs.missing, constraints, self.target)
         kept, dropped = usable_resolution(resolved, self.env)
@@ -263,7 +302,7 @@ class Installer:
                 specs.append(str(self._against_numpy(canonicalize_name(name), version, numpy)))
             else:
                 specs.append(f"{name}=={version}" if version else name)
-        return specs
+        return wheels + specs
 
     def _against_numpy(self, name: str, version: str, numpy: str) -> Path:
         cache = self.cache / f"numpy-{numpy}"
@@ -304,6 +343,15 @@ def _change(name: str, version: str, env: Environment) -> str:
         return shown
     verb = "replaces" if env.target is None or env.in_target(name) else "shadows"
     return f"{shown} ({verb} {installed})"
+
+
+def _name(spec: str) -> str:
+    return canonicalize_name(Requirement(spec).name)
+
+
+def _from_wheel(needs: Needs) -> List[str]:
+    """The requirements in ``needs.missing`` installed as :data:`READ_FROM_WHEEL` says."""
+    return [spec for spec in needs.missing if _name(spec) in READ_FROM_WHEEL]
 
 
 def _module(dist: str) -> str:

@@ -42,7 +42,7 @@ from mmpar.compat.ops.backend import (
     check_int,
     float_compute_dtype,
 )
-from mmpar.compat.ops.rotated_grid import bilinear_entries, pixel_table, read_rows
+from mmpar.compat.ops.roi.rotated_grid import bilinear_entries, pixel_table, read_rows
 
 __all__ = ["BorderAlign", "border_align"]
 

@@ -11,7 +11,7 @@ mmpar reproduces that result exactly: with two or more kernels, one breadth-firs
 expansion inside ``kernel_mask[0]``, from the seeds in row-major order, each popped pixel
 ``(y, x)`` visiting ``(y - 1, x)``, ``(y + 1, x)``, ``(y, x - 1)``, ``(y, x + 1)`` in that
 order; a pixel that several pixels of one level reach takes the first one's label (see
-:mod:`~mmpar.compat.ops.region_growing`). With fewer than two kernels the seeds are the
+:mod:`~mmpar.compat.ops.regions.region_growing`). With fewer than two kernels the seeds are the
 result.
 
 Differences from mmcv-full: inputs may be on any device and of any bool or integer
@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from mmpar.compat.ops.region_growing import as_tensor, grow_regions
+from mmpar.compat.ops.regions.region_growing import as_tensor, grow_regions
 
 __all__ = ["contour_expand"]
 

@@ -1,7 +1,7 @@
 """IoU and GIoU of point sets' convex hulls with polygons: mmcv 1.7.2's ``mmcv.ops.convex_iou``.
 
 A point set (9 points, as oriented RepPoints predict them) stands for its convex
-hull (:mod:`~mmpar.compat.ops.convex_hull`); a polygon is 4 vertices in either
+hull (:mod:`~mmpar.compat.ops.geometry.convex_hull`); a polygon is 4 vertices in either
 orientation. ``IoU = I / (A + B - I)`` with ``I`` the area of the intersection and
 ``A``, ``B`` the two areas. ``GIoU = IoU - (C - U) / C`` with ``U = A + B - I`` and
 ``C`` the area of the convex hull of all 13 points, as mmcv's kernel computes it.
@@ -9,7 +9,7 @@ orientation. ``IoU = I / (A + B - I)`` with ``I`` the area of the intersection a
 :func:`convex_giou` also returns, as mmcv does, the gradient of the GIoU with
 respect to the 18 coordinates, which mmrotate's ``ConvexGIoULoss`` passes on as
 its own. It is autograd's gradient of the same expression, with the intersection
-summed as mmcv's kernel sums it (:mod:`~mmpar.compat.ops.fan_intersection`), so
+summed as mmcv's kernel sums it (:mod:`~mmpar.compat.ops.geometry.fan_intersection`), so
 that where the areas have no derivative (a hull edge along a polygon edge) it is
 the one mmcv gives. Points that are not hull vertices get 0; of equal points, the
 first one gets the gradient.
@@ -30,9 +30,9 @@ import torch
 from torch import Tensor
 
 from mmpar.compat.ops.backend import float_compute_dtype
-from mmpar.compat.ops.convex_hull import convex_hull, gather_points
-from mmpar.compat.ops.fan_intersection import fan_intersection_area
-from mmpar.compat.ops.polygon import convex_intersection_area, polygon_area
+from mmpar.compat.ops.geometry.convex_hull import convex_hull, gather_points
+from mmpar.compat.ops.geometry.fan_intersection import fan_intersection_area
+from mmpar.compat.ops.geometry.polygon import convex_intersection_area, polygon_area
 
 __all__ = ["convex_giou", "convex_iou"]
 

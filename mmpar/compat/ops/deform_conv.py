@@ -1,7 +1,7 @@
 """Deformable convolution (DCNv1), mmcv's ``mmcv.ops.deform_conv``.
 
 The kernel is ``torchvision.ops.deform_conv2d`` without a mask, as
-:mod:`mmpar.compat.ops.deform_sampling` runs it: mmcv's offset layout and
+:mod:`mmpar.compat.ops.sampling.deform_sampling` runs it: mmcv's offset layout and
 sampling, and mmcv-full's gradients, border points included.
 """
 
@@ -13,11 +13,16 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mmpar.compat.ops.backend import ArgumentError, check_int
-from mmpar.compat.ops.deform_sampling import IntPair, check_per_point, conv_geometry, deform_conv
 from mmpar.compat.ops.modulated_deform_conv import (
     OffsetConvPack,
     rename_deform_groups,
     set_conv_attributes,
+)
+from mmpar.compat.ops.sampling.deform_sampling import (
+    IntPair,
+    check_per_point,
+    conv_geometry,
+    deform_conv,
 )
 
 __all__ = ["DeformConv2d", "DeformConv2dPack", "deform_conv2d"]

@@ -9,7 +9,7 @@ roi_h * offset[n, 1, ph, pw])``. Each bin averages a grid of bilinear samples
 
 Without offsets that is :func:`~mmpar.compat.ops.roi_align.roi_align` (average,
 aligned), torchvision's kernel, to the bit. With offsets the samples are listed
-and pooled by :func:`~mmpar.compat.ops.roi_sample_pool.average_of_samples`: only
+and pooled by :func:`~mmpar.compat.ops.roi.roi_sample_pool.average_of_samples`: only
 the samples near the map are listed (so a huge box costs what the map does), and
 the backward pass lists them again (nothing of size samples is kept). The
 gradients are mmcv's: the input's is exact, the offset's is mmcv's formula, which
@@ -27,8 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from mmpar.compat.ops.backend import ArgumentError, check_int, float_compute_dtype
-from mmpar.compat.ops.roi_align import roi_align
-from mmpar.compat.ops.roi_inputs import (
+from mmpar.compat.ops.roi.roi_inputs import (
     Size,
     check_roi_inputs,
     check_sample_count,
@@ -38,7 +37,8 @@ from mmpar.compat.ops.roi_inputs import (
     size_pair,
     spatial_scale_value,
 )
-from mmpar.compat.ops.roi_sample_pool import average_of_samples
+from mmpar.compat.ops.roi.roi_sample_pool import average_of_samples
+from mmpar.compat.ops.roi_align import roi_align
 
 __all__ = ["DeformRoIPool", "DeformRoIPoolPack", "ModulatedDeformRoIPoolPack", "deform_roi_pool"]
 

@@ -8,7 +8,7 @@ and ``iou = inter / (area1 + area2 - inter)`` without an epsilon.
 
 Differences from mmcv-full: mmcv sorts the intersection's vertices with a CUDA-only
 kernel (``diff_iou_rotated_sort_vertices_forward``); here the intersection is
-:func:`mmpar.compat.ops.polygon.convex_intersection_area` (polygon clipping), on
+:func:`mmpar.compat.ops.geometry.polygon.convex_intersection_area` (polygon clipping), on
 any device, computed in float32 (float64 for float64 input) and returned in the
 input's dtype.
 """
@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from mmpar.compat.ops.backend import float_compute_dtype
-from mmpar.compat.ops.polygon import convex_intersection_area, rotated_box_corners
+from mmpar.compat.ops.geometry.polygon import convex_intersection_area, rotated_box_corners
 
 __all__ = ["diff_iou_rotated_2d", "diff_iou_rotated_3d"]
 

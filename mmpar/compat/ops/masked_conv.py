@@ -21,7 +21,7 @@ from torch.autograd.function import FunctionCtx, once_differentiable
 from torch.nn.modules.utils import _pair
 
 from mmpar.compat.ops.backend import ArgumentError, check_float_tensors, unsupported
-from mmpar.compat.ops.deform_sampling import IntPair, conv_output_size, int_pair
+from mmpar.compat.ops.sampling.deform_sampling import IntPair, conv_output_size, int_pair
 
 __all__ = ["MaskedConv2d", "masked_conv2d"]
 

@@ -1,7 +1,7 @@
 """Minimum-area rectangles of point sets: mmcv 1.7.2's ``mmcv.ops.min_area_polygons``.
 
 mmcv's kernel takes each set's convex hull (counter-clockwise from its lowest
-point, see :mod:`~mmpar.compat.ops.convex_hull`), and tries the direction of each
+point, see :mod:`~mmpar.compat.ops.geometry.convex_hull`), and tries the direction of each
 hull edge in turn, from the edge leaving that first vertex: the edge's angle folded
 into ``[0, pi/2)`` with mmcv's float32 constant ``pi = 3.1415926``, the hull
 rotated by it, the box of the rotated points. The first angle of least area wins,
@@ -31,7 +31,7 @@ import math
 import torch
 from torch import Tensor
 
-from mmpar.compat.ops.convex_hull import convex_hull, gather_points, hull_mask
+from mmpar.compat.ops.geometry.convex_hull import convex_hull, gather_points, hull_mask
 
 __all__ = ["min_area_polygons"]
 

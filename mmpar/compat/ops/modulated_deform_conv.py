@@ -1,7 +1,7 @@
 """Modulated deformable convolution (DCNv2), mmcv's ``mmcv.ops.modulated_deform_conv``.
 
 The kernel is ``torchvision.ops.deform_conv2d`` with a mask, as
-:mod:`mmpar.compat.ops.deform_sampling` runs it: mmcv's offset layout and
+:mod:`mmpar.compat.ops.sampling.deform_sampling` runs it: mmcv's offset layout and
 sampling, and mmcv-full's gradients, border points included. mmcv's
 ``deform_conv`` module shares this module's layer helpers, as mmcv's does.
 """
@@ -24,7 +24,7 @@ from mmpar.compat.ops.backend import (
     check_layer_input,
     renamed_kwargs,
 )
-from mmpar.compat.ops.deform_sampling import (
+from mmpar.compat.ops.sampling.deform_sampling import (
     IntPair,
     check_per_point,
     conv_geometry,

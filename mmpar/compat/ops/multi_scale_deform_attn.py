@@ -1,7 +1,7 @@
 """Multi-scale deformable attention (Deformable DETR), as ``mmcv.ops.multi_scale_deform_attn``.
 
 The sampling, on every device the plain-torch path, is
-:mod:`mmpar.compat.ops.deform_attn_sampling`'s (its two names are mmcv's, and
+:mod:`mmpar.compat.ops.sampling.deform_attn_sampling`'s (its two names are mmcv's, and
 this module's too); ``im2col_step`` (a batching knob of mmcv's CUDA kernel) has
 no effect here.
 """
@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from mmpar.compat.ops.backend import check_int, check_layer_input
-from mmpar.compat.ops.deform_attn_sampling import (
+from mmpar.compat.ops.sampling.deform_attn_sampling import (
     MultiScaleDeformableAttnFunction,
     multi_scale_deformable_attn_pytorch,
 )

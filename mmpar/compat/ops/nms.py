@@ -5,12 +5,12 @@
   unstable sort). ``offset=1`` is not supported.
 * :func:`soft_nms` gives the result of mmcv's CPU kernel (``softnms_cpu``): the
   same selection, rescoring, dropping below ``min_score`` and tie order, computed
-  by :mod:`mmpar.compat.ops.soft_nms_rounds` without a pass over all boxes per
+  by :mod:`mmpar.compat.ops.suppression.soft_nms_rounds` without a pass over all boxes per
   box taken. It runs on the CPU, as mmcv's does, and returns on the input's device.
 * :func:`batched_nms` is mmcv's: the per-class coordinate offsets, ``split_thr``,
   ``class_agnostic`` and ``max_num`` in ``nms_cfg``, and ``nms_cfg=None``.
 * :func:`nms_match` groups boxes as mmcv's ``nms_match_cpu`` does.
-* :func:`nms_rotated` and :func:`nms_quadri` are :mod:`mmpar.compat.ops.rotated_nms`'s,
+* :func:`nms_rotated` and :func:`nms_quadri` are :mod:`mmpar.compat.ops.suppression.rotated_nms`'s,
   re-exported here; ``batched_nms`` runs them on rotated ``(N, 5)`` boxes and on
   quadrilaterals ``(N, 8)``. They rank a NaN score after every other, ``-inf``
   included (mmcv's sort puts it first).
@@ -44,14 +44,14 @@ from mmpar.compat.ops.backend import (
     renamed_kwargs,
     torchvision_ops,
 )
-from mmpar.compat.ops.class_nms import (
+from mmpar.compat.ops.suppression.class_nms import (
     check_batched,
     check_nms_cfg,
     move_classes_apart,
     nms_class_by_class,
     nms_per_class,
 )
-from mmpar.compat.ops.nms_args import (
+from mmpar.compat.ops.suppression.nms_args import (
     ArrayLike,
     box_score_tensors,
     check_offset,
@@ -62,9 +62,9 @@ from mmpar.compat.ops.nms_args import (
     nms_args,
     real_number,
 )
-from mmpar.compat.ops.rotated_nms import nms_quadri, nms_rotated
-from mmpar.compat.ops.soft_nms_kernel import SoftNMSParams, box_areas, pair_iou
-from mmpar.compat.ops.soft_nms_rounds import soft_nms_keep
+from mmpar.compat.ops.suppression.rotated_nms import nms_quadri, nms_rotated
+from mmpar.compat.ops.suppression.soft_nms_kernel import SoftNMSParams, box_areas, pair_iou
+from mmpar.compat.ops.suppression.soft_nms_rounds import soft_nms_keep
 
 __all__ = ["batched_nms", "nms", "nms_match", "nms_quadri", "nms_rotated", "soft_nms"]
 

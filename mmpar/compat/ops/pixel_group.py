@@ -7,7 +7,7 @@ grow breadth-first, as mmcv's FIFO queue grows them: a popped pixel ``(y, x)`` v
 that is in ``mask``, still unlabelled, and whose embedding lies closer than
 ``distance_threshold`` to the popped pixel's kernel's mean; a pixel that several pixels
 of one level reach takes the first one's label (see
-:mod:`~mmpar.compat.ops.region_growing`). Kernel pixels keep their labels, in ``mask``
+:mod:`~mmpar.compat.ops.regions.region_growing`). Kernel pixels keep their labels, in ``mask``
 or not.
 
 The arithmetic is the kernel's, in float32: the kernel means are sums in row-major order
@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from mmpar.compat.ops.region_growing import Accept, as_tensor, grow_regions
+from mmpar.compat.ops.regions.region_growing import Accept, as_tensor, grow_regions
 
 __all__ = ["pixel_group"]
 

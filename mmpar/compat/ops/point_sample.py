@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from mmpar.compat.ops.roi_inputs import check_roi_inputs, size_pair, spatial_scale_value
+from mmpar.compat.ops.roi.roi_inputs import check_roi_inputs, size_pair, spatial_scale_value
 
 __all__ = [
     "SimpleRoIAlign",

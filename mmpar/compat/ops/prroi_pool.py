@@ -24,7 +24,7 @@ form by the backward (no second-order gradients, as mmcv).
 
 Beyond mmcv (float32 only, CUDA only): float64 on any device, float16/bfloat16 computed in
 float32; ``rois`` must have ``input``'s dtype. Bad batch indices and non-finite rois are
-refused on the CPU and pool 0 elsewhere (see :mod:`~mmpar.compat.ops.roi_inputs`). A NaN or
+refused on the CPU and pool 0 elsewhere (see :mod:`~mmpar.compat.ops.roi.roi_inputs`). A NaN or
 inf pixel makes NaN every bin (of its channel) of the rois whose window holds it. The
 products are matrix products: where TF32 matmuls are allowed
 (``torch.backends.cuda.matmul.allow_tf32``), float32 pooling runs in TF32 too.
@@ -39,14 +39,14 @@ from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
 from mmpar.compat.ops.backend import float_compute_dtype
-from mmpar.compat.ops.roi_inputs import (
+from mmpar.compat.ops.roi.roi_inputs import (
     Size,
     check_roi_inputs,
     kernel_rois,
     size_pair,
     spatial_scale_value,
 )
-from mmpar.compat.ops.roi_sampling import size_groups
+from mmpar.compat.ops.roi.roi_sampling import size_groups
 
 __all__ = ["PrRoIPool", "prroi_pool"]
 

@@ -24,13 +24,13 @@ import torch
 from torch import Tensor, nn
 
 from mmpar.compat.ops.backend import check_int, float_compute_dtype
-from mmpar.compat.ops.roi_align import Size, size_pair
-from mmpar.compat.ops.roi_align_rotated import check_rotated_rois, rotated_roi_average
-from mmpar.compat.ops.roi_inputs import (
+from mmpar.compat.ops.roi.roi_inputs import (
     check_sample_count,
     sampling_ratio_value,
     spatial_scale_value,
 )
+from mmpar.compat.ops.roi_align import Size, size_pair
+from mmpar.compat.ops.roi_align_rotated import check_rotated_rois, rotated_roi_average
 
 __all__ = ["RiRoIAlignRotated", "riroi_align_rotated", "rotation_invariant_pool"]
 

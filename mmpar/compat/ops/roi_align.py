@@ -12,10 +12,10 @@ mmcv's (the average over the grid; an empty grid gives 0). On the CPU that kerne
 buffer of every sample of a roi: a roi whose grid exceeds ``2**20`` samples (a box of some
 10^7 pixels), or has none (an inverted box, whose negative count the kernel cannot size a
 buffer from), is pooled from its samples' list instead
-(:func:`~mmpar.compat.ops.roi_sample_pool.average_of_samples`), which lists only the
+(:func:`~mmpar.compat.ops.roi.roi_sample_pool.average_of_samples`), which lists only the
 samples that land near the map, so memory and time stay bounded by the map, whatever the
 box. ``pool_mode="max"``, which torchvision lacks, searches the same windows of the grids
-for each bin's largest sample (:func:`~mmpar.compat.ops.roi_sample_max.max_of_samples`:
+for each bin's largest sample (:func:`~mmpar.compat.ops.roi.roi_sample_max.max_of_samples`:
 the first of equal ones, each value mmcv's to the bit), the gradient going to that one
 sample's four pixels. mmcv's kernels give a bin without samples ``-FLT_MAX`` (CUDA) or
 ``-10000`` (CPU) in max mode; mmpar gives 0. Off the CPU, boxes are not bounded: the
@@ -33,7 +33,7 @@ from mmpar.compat.ops.backend import (
     renamed_kwargs,
     torchvision_ops,
 )
-from mmpar.compat.ops.roi_inputs import (
+from mmpar.compat.ops.roi.roi_inputs import (
     Size,
     check_roi_inputs,
     check_sample_count,
@@ -42,9 +42,9 @@ from mmpar.compat.ops.roi_inputs import (
     size_pair,
     spatial_scale_value,
 )
-from mmpar.compat.ops.roi_sample_max import max_of_samples
-from mmpar.compat.ops.roi_sample_pool import average_of_samples
-from mmpar.compat.ops.roi_sampling import roi_grids, size_groups
+from mmpar.compat.ops.roi.roi_sample_max import max_of_samples
+from mmpar.compat.ops.roi.roi_sample_pool import average_of_samples
+from mmpar.compat.ops.roi.roi_sampling import roi_grids, size_groups
 
 __all__ = ["RoIAlign", "roi_align"]
 
@@ -57,7 +57,7 @@ _KERNEL_SAMPLES = 1 << 20
 
 
 def roi_chunks(cells_h: Tensor, cells_w: Tensor, per_cell: int) -> list[tuple[Tensor, int, int]]:
-    """:func:`~mmpar.compat.ops.roi_sampling.size_groups` under ``_CHUNK_ELEMENTS`` (the
+    """:func:`~mmpar.compat.ops.roi.roi_sampling.size_groups` under ``_CHUNK_ELEMENTS`` (the
     chunks of roi_align_rotated, which imports it from here)."""
     return size_groups(cells_h, cells_w, per_cell, _CHUNK_ELEMENTS)
 

@@ -10,14 +10,14 @@ A sample at ``(yy, xx)`` from the roi's centre is read at ``y = yy cos t - xx si
 RoIAlign's bilinear rule: a sample more than one pixel off the map reads 0, any other is
 clamped onto it. Off the CPU, where checking the rois' values would sync the device, a
 roi whose batch index is outside ``[0, N)`` or that holds NaN or inf pools zeros (on the
-CPU it is refused), as the other RoI ops do (:mod:`mmpar.compat.ops.roi_inputs`).
+CPU it is refused), as the other RoI ops do (:mod:`mmpar.compat.ops.roi.roi_inputs`).
 
 The reads are weighted sums of rows of a ``(N * H * W, C)`` pixel table, done by
 ``embedding_bag`` without materialising a value per sample and channel; its gradient is
 mmcv's (each sample's weight times the bin's gradient, to the sample's four pixels). rois
 are read in chunks of bounded size, a large roi in blocks of its samples. An adaptive grid
 of more than ``2**20`` samples (a roi of some 10^6 pixels) is read only where its samples
-can land within a pixel of the map (:func:`~mmpar.compat.ops.rotated_grid.window_average`):
+can land within a pixel of the map (:func:`~mmpar.compat.ops.roi.rotated_grid.window_average`):
 the others read 0, so the average is the same, and time and memory are bounded by the
 map's size, not the roi's (mmcv's kernels loop over the whole grid). Such a roi whose
 centre or size exceeds ``2**24`` pixels, where float32 cannot place a sample to the pixel,
@@ -32,19 +32,19 @@ import torch
 from torch import Tensor, nn
 
 from mmpar.compat.ops.backend import float_compute_dtype, renamed_kwargs
-from mmpar.compat.ops.roi_align import Size, check_roi_inputs, roi_chunks, size_pair
-from mmpar.compat.ops.roi_inputs import (
+from mmpar.compat.ops.roi.roi_inputs import (
     check_sample_count,
     sampling_ratio_value,
     spatial_scale_value,
 )
-from mmpar.compat.ops.rotated_grid import (
+from mmpar.compat.ops.roi.rotated_grid import (
     bilinear_entries,
     pixel_table,
     read_rows,
     sample_offsets,
     window_average,
 )
+from mmpar.compat.ops.roi_align import Size, check_roi_inputs, roi_chunks, size_pair
 
 __all__ = ["RoIAlignRotated", "roi_align_rotated"]
 

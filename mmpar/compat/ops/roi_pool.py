@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from mmpar.compat.ops.backend import float_compute_dtype, torchvision_ops
-from mmpar.compat.ops.roi_inputs import (
+from mmpar.compat.ops.roi.roi_inputs import (
     Size,
     check_roi_inputs,
     kernel_rois,

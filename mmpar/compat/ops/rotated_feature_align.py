@@ -22,8 +22,8 @@ import torch
 from torch import Tensor
 
 from mmpar.compat.ops.backend import check_float, float_compute_dtype
-from mmpar.compat.ops.roi_inputs import spatial_scale_value
-from mmpar.compat.ops.rotated_grid import bilinear_entries, pixel_table, read_rows
+from mmpar.compat.ops.roi.roi_inputs import spatial_scale_value
+from mmpar.compat.ops.roi.rotated_grid import bilinear_entries, pixel_table, read_rows
 
 __all__ = ["rotated_feature_align"]
 

@@ -15,7 +15,7 @@ from tests.compat.ops._quadri_reference import quadri_overlap
 from tests.compat.ops._reference import DEVICES, HALF_DTYPES, box_corners, clipped_area
 
 # The module (the package attribute of the same name is the function).
-module = importlib.import_module("mmpar.compat.ops.box_iou_quadri")
+module = importlib.import_module("mmpar.compat.ops.geometry.quadri_iou")
 
 # mmcv's own test inputs and expected values (tests/test_ops/test_box_iou_quadri.py).
 MMCV_BOXES1 = [

@@ -13,7 +13,7 @@ from tests.compat.ops._reference import DEVICES, HALF_DTYPES, rotated_overlap
 
 # mmcv's own test inputs and expected values (tests/test_ops/test_box_iou_rotated.py).
 # The module (the package attribute of the same name is the function).
-module = importlib.import_module("mmpar.compat.ops.box_iou_rotated")
+module = importlib.import_module("mmpar.compat.ops.geometry.rotated_iou")
 
 MMCV_BOXES1 = [[1.0, 1.0, 3.0, 4.0, 0.5], [2.0, 2.0, 3.0, 4.0, 0.6], [7.0, 7.0, 8.0, 8.0, 0.4]]
 MMCV_BOXES2 = [[0.0, 2.0, 2.0, 5.0, 0.3], [2.0, 1.0, 3.0, 3.0, 0.5], [5.0, 5.0, 6.0, 7.0, 0.4]]

@@ -1,11 +1,16 @@
-"""mmpar.compat.ops.convex_hull against Andrew's monotone chain in plain Python."""
+"""mmpar.compat.ops.geometry.convex_hull against Andrew's monotone chain in plain Python."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from mmpar.compat.ops.convex_hull import convex_hull, convex_hull_area, gather_points, hull_mask
+from mmpar.compat.ops.geometry.convex_hull import (
+    convex_hull,
+    convex_hull_area,
+    gather_points,
+    hull_mask,
+)
 from tests.compat.ops._convex_reference import area, hull
 from tests.compat.ops._reference import DEVICES
 

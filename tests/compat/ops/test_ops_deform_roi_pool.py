@@ -15,10 +15,10 @@ from mmpar.compat.ops.deform_roi_pool import (
     ModulatedDeformRoIPoolPack,
     deform_roi_pool,
 )
-from mmpar.compat.ops.roi_inputs import empty_bad_rois
+from mmpar.compat.ops.roi.roi_inputs import empty_bad_rois
 from tests.compat.ops._reference import DEVICES, HALF_DTYPES, roi_align_corners
 
-sample_pool_module = importlib.import_module("mmpar.compat.ops.roi_sample_pool")
+sample_pool_module = importlib.import_module("mmpar.compat.ops.roi.roi_sample_pool")
 
 
 def reference(inp, rois, offset, size, scale, ratio, gamma, grad_out):

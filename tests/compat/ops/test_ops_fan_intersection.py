@@ -1,4 +1,4 @@
-"""mmpar.compat.ops.fan_intersection against Sutherland-Hodgman clipping in plain Python."""
+"""mmpar.compat.ops.geometry.fan_intersection against Sutherland-Hodgman clipping in Python."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from mmpar.compat.ops.fan_intersection import fan_intersection_area
+from mmpar.compat.ops.geometry.fan_intersection import fan_intersection_area
 from tests.compat.ops import _convex_reference as ref
 from tests.compat.ops._reference import DEVICES
 

@@ -14,7 +14,7 @@ from tests.compat.ops._convex_reference import mmcv_signature
 from tests.compat.ops._quadri_reference import quadri_overlap
 from tests.compat.ops._reference import DEVICES, HALF_DTYPES, box_corners
 
-module = importlib.import_module("mmpar.compat.ops.rotated_nms")
+module = importlib.import_module("mmpar.compat.ops.suppression.rotated_nms")
 
 # mmcv's own test input (tests/test_ops/test_nms_quadri.py): quadrilaterals and scores.
 MMCV_DETS = [

@@ -18,7 +18,7 @@ from mmpar.compat.ops.nms import batched_nms, nms_rotated
 from tests.compat.ops._reference import DEVICES, HALF_DTYPES, rotated_overlap
 
 # The module (the package attribute ``rotated_nms`` does not exist; import it by name).
-module = importlib.import_module("mmpar.compat.ops.rotated_nms")
+module = importlib.import_module("mmpar.compat.ops.suppression.rotated_nms")
 
 # mmcv's own test input (tests/test_ops/test_nms_rotated.py): boxes and scores.
 MMCV_DETS = [

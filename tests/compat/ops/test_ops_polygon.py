@@ -1,4 +1,4 @@
-"""mmpar.compat.ops.polygon against Python-float corners and Sutherland-Hodgman clipping."""
+"""mmpar.compat.ops.geometry.polygon against Python-float corners and Sutherland-Hodgman."""
 
 from __future__ import annotations
 
@@ -8,7 +8,11 @@ import random
 import pytest
 import torch
 
-from mmpar.compat.ops.polygon import convex_intersection_area, polygon_area, rotated_box_corners
+from mmpar.compat.ops.geometry.polygon import (
+    convex_intersection_area,
+    polygon_area,
+    rotated_box_corners,
+)
 from tests.compat.ops._reference import (
     DEVICES,
     HALF_DTYPES,

@@ -16,7 +16,7 @@ import torch
 
 from mmpar.compat.ops.backend import ArgumentError
 from mmpar.compat.ops.prroi_pool import PrRoIPool, prroi_pool
-from mmpar.compat.ops.roi_inputs import empty_bad_rois
+from mmpar.compat.ops.roi.roi_inputs import empty_bad_rois
 from tests.compat.ops._reference import DEVICES, HALF_DTYPES, MMCV_ROI_CASES
 
 # The module: the package attribute of its name is the function, as in mmcv.

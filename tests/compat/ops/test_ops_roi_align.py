@@ -13,9 +13,9 @@ import torch
 from mmpar.compat.ops.backend import ArgumentError
 from mmpar.compat.ops.deform_roi_pool import deform_roi_pool
 from mmpar.compat.ops.riroi_align_rotated import riroi_align_rotated
+from mmpar.compat.ops.roi.roi_inputs import empty_bad_rois
 from mmpar.compat.ops.roi_align import RoIAlign, roi_align
 from mmpar.compat.ops.roi_align_rotated import roi_align_rotated
-from mmpar.compat.ops.roi_inputs import empty_bad_rois
 from tests.compat.ops._reference import (
     DEVICES,
     GRADCHECK_ROIS,
@@ -27,8 +27,8 @@ from tests.compat.ops._reference import (
 
 pytest.importorskip("torchvision")
 roi_align_module = importlib.import_module("mmpar.compat.ops.roi_align")
-sampling_module = importlib.import_module("mmpar.compat.ops.roi_sampling")
-sample_max_module = importlib.import_module("mmpar.compat.ops.roi_sample_max")
+sampling_module = importlib.import_module("mmpar.compat.ops.roi.roi_sampling")
+sample_max_module = importlib.import_module("mmpar.compat.ops.roi.roi_sample_max")
 
 
 def _small_chunks(monkeypatch, elements: int) -> None:

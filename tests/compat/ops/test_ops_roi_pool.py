@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mmpar.compat.ops.backend import ArgumentError
-from mmpar.compat.ops.roi_inputs import empty_bad_rois
+from mmpar.compat.ops.roi.roi_inputs import empty_bad_rois
 from mmpar.compat.ops.roi_pool import RoIPool, roi_pool
 from tests.compat.ops._reference import (
     DEVICES,

@@ -1,7 +1,7 @@
 """soft_nms against a literal replay of mmcv's CPU kernel, and its parts.
 
 mmpar computes soft_nms in rounds over the overlapping pairs
-(:mod:`mmpar.compat.ops.soft_nms_rounds`); the result must be the kernel's, step
+(:mod:`mmpar.compat.ops.suppression.soft_nms_rounds`); the result must be the kernel's, step
 for step: the boxes taken, their order (equal scores in the kernel's slot order,
 after its swaps and refills), their scores and the drops. ``ref_soft_nms`` replays
 the kernel one box at a time; :func:`soft_nms_steps` (the step-by-step fallback)
@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 import torch
 
-from mmpar.compat.ops import soft_nms_rounds
-from mmpar.compat.ops.box_pairs import RectangleIndex
 from mmpar.compat.ops.nms import soft_nms
-from mmpar.compat.ops.soft_nms_kernel import SoftNMSParams, soft_nms_steps
+from mmpar.compat.ops.suppression import soft_nms_rounds
+from mmpar.compat.ops.suppression.box_pairs import RectangleIndex
+from mmpar.compat.ops.suppression.soft_nms_kernel import SoftNMSParams, soft_nms_steps
 from tests.compat.ops._nms_reference import MMCV_BOXES, MMCV_SCORES, random_boxes, ref_soft_nms
 from tests.compat.ops._reference import DEVICES, HALF_DTYPES
 

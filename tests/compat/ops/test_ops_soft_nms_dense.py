@@ -1,10 +1,10 @@
 """soft_nms's rounds on dense clusters, against the kernel step by step; their parts.
 
-The rounds (:mod:`mmpar.compat.ops.soft_nms_rounds`) take, in one round, every box
+The rounds (:mod:`mmpar.compat.ops.suppression.soft_nms_rounds`) take, in one round, every box
 above the boxes it overlaps and the unready boxes overlapping those, and weight a
 box overlapped by several of them in the order of their scores (layers); equal
 scores meeting at one box fall back to the stricter two-overlap rule. The pairs
-come from :class:`~mmpar.compat.ops.soft_nms_pairs.PairStore`, found box by box
+come from :class:`~mmpar.compat.ops.suppression.soft_nms_pairs.PairStore`, found box by box
 and cut into epochs by a guess of their count (:func:`crowding`). Each result is
 compared, to the bit, with :func:`soft_nms_steps` (itself checked against a
 literal replay of mmcv's kernel in ``test_ops_soft_nms.py``).
@@ -17,9 +17,14 @@ from typing import Tuple
 import pytest
 import torch
 
-from mmpar.compat.ops import box_pairs, soft_nms_level, soft_nms_rounds
-from mmpar.compat.ops.soft_nms_kernel import SoftNMSParams, box_areas, pair_iou, soft_nms_steps
-from mmpar.compat.ops.soft_nms_pairs import PairStore, crowding
+from mmpar.compat.ops.suppression import box_pairs, soft_nms_level, soft_nms_rounds
+from mmpar.compat.ops.suppression.soft_nms_kernel import (
+    SoftNMSParams,
+    box_areas,
+    pair_iou,
+    soft_nms_steps,
+)
+from mmpar.compat.ops.suppression.soft_nms_pairs import PairStore, crowding
 from tests.compat.ops._nms_reference import ref_soft_nms
 
 pytest.importorskip("torchvision")

@@ -15,10 +15,25 @@ from typing import Iterator, Tuple
 import torch
 from torch import Tensor
 
-__all__ = ["CHUNK_ELEMENTS", "pairwise_sq_dist", "sq_dist_chunks"]
+__all__ = [
+    "CHUNK_ELEMENTS",
+    "at_least",
+    "float32_square",
+    "pairwise_sq_dist",
+    "search_chunk",
+    "sq_dist_chunks",
+]
 
 #: Default bound on the elements of one ``(B, rows, N)`` block of distances.
 CHUNK_ELEMENTS = 1 << 22
+#: A search's block on the CPU: small enough that its passes stay in the cache.
+CPU_SEARCH_ELEMENTS = 1 << 18
+
+
+def search_chunk(device: torch.device) -> int:
+    """The elements of a search's block of distances on ``device``: cache-sized on the
+    CPU, :data:`CHUNK_ELEMENTS` elsewhere (fewer, larger kernel launches)."""
+    return CPU_SEARCH_ELEMENTS if device.type == "cpu" else CHUNK_ELEMENTS
 
 
 def pairwise_sq_dist(centers: Tensor, points: Tensor) -> Tensor:
@@ -87,3 +102,24 @@ def sq_dist_chunks(
     for start in range(0, m, step):
         stop = min(m, start + step)
         yield start, stop, _sq_dist_inplace(centers[:, start:stop], points_t)
+
+
+def float32_square(value: float) -> float:
+    """``value * value`` as the kernels' ``float`` arithmetic gives it: ``value`` rounded to
+    float32 (inf beyond its range), squared, rounded to float32."""
+    as_float = torch.tensor(value, dtype=torch.float64).to(torch.float32)
+    return float(as_float * as_float)
+
+
+def at_least(value: float, dtype: torch.dtype) -> float:
+    """The least number of ``dtype`` not below ``value`` (inf above its range; NaN stays).
+
+    For ``x`` of ``dtype``, ``x < value`` exactly when ``x < at_least(value, dtype)``, and
+    ``x >= value`` exactly when ``x >= at_least(value, dtype)``: a kernel's comparison of a
+    float16 distance with a float radius, made in the distance's own dtype.
+    """
+    exact = torch.tensor(value, dtype=torch.float64)
+    rounded = exact.to(dtype)
+    if rounded.to(torch.float64) < exact:
+        rounded = torch.nextafter(rounded, torch.tensor(float("inf"), dtype=dtype))
+    return float(rounded)

@@ -7,8 +7,8 @@ is 0), the sample ``(iy, ix)`` at ``y = (start_y + ph * bin_h) + (iy + 0.5) * bi
 outside the map reads 0; any other is clamped into the map. Where torchvision's compiled
 ``roi_align`` does not apply (max pooling, bins moved by offsets, grids too large for its
 per-roi buffer), the samples are listed here as their four taps: rows of a channels-last
-copy of the map (:func:`pixel_table`), which :mod:`~mmpar.compat.ops.roi_sample_pool`
-and :mod:`~mmpar.compat.ops.roi_sample_max` pool. The adaptive grid is capped at
+copy of the map (:func:`pixel_table`), which :mod:`~mmpar.compat.ops.roi.roi_sample_pool`
+and :mod:`~mmpar.compat.ops.roi.roi_sample_max` pool. The adaptive grid is capped at
 ``2**31 - 1`` samples per side (mmcv's ``int`` overflows there).
 
 Bounded work. An adaptive grid grows with the box, without bound (mmcv's kernels loop over

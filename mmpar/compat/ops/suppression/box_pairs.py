@@ -1,6 +1,6 @@
 """Which axis-aligned rectangles intersect given ones, without comparing every pair.
 
-Not an mmcv module: :mod:`mmpar.compat.ops.soft_nms_rounds` finds with it the
+Not an mmcv module: :mod:`mmpar.compat.ops.suppression.soft_nms_rounds` finds with it the
 boxes whose IoU with a box can change a score.
 
 The rectangles are grouped by size (the longer side, in powers of 2). Within a

@@ -5,8 +5,8 @@ them, and this module is not an mmcv module. The result is mmcv's greedy one: bo
 are visited by descending score, in the order of ``torch.sort(scores,
 descending=True)`` (mmcv's call, an unstable sort: equal scores come in that call's
 order, as in mmcv) but for NaN scores, and a box is dropped when its IoU with a kept box
-(:func:`~mmpar.compat.ops.box_iou_rotated.box_iou_rotated`,
-:func:`~mmpar.compat.ops.box_iou_quadri.box_iou_quadri`) is ``>= iou_threshold``
+(:func:`~mmpar.compat.ops.geometry.rotated_iou.box_iou_rotated`,
+:func:`~mmpar.compat.ops.geometry.quadri_iou.box_iou_quadri`) is ``>= iou_threshold``
 on the CPU (mmcv's CPU kernels) or ``> iou_threshold`` elsewhere (mmcv's CUDA
 kernels).
 
@@ -14,7 +14,7 @@ It is computed without a loop over boxes:
 
 1. candidate pairs: the boxes whose axis-aligned extents overlap (for
    quadrilaterals, the bounds of every point mmcv's intersection collects:
-   :func:`~mmpar.compat.ops.quadri.quadri_reach`), found by a sweep over the boxes
+   :func:`~mmpar.compat.ops.geometry.quadri.quadri_reach`), found by a sweep over the boxes
    sorted by their left edge, of which those whose IoU can reach the threshold (a
    bound from the extents' overlap);
 2. their IoU, in chunks;
@@ -39,11 +39,11 @@ import torch
 from torch import Tensor
 
 from mmpar.compat.ops.backend import float_compute_dtype
-from mmpar.compat.ops.box_iou_quadri import box_iou_quadri
-from mmpar.compat.ops.box_iou_rotated import box_iou_rotated
-from mmpar.compat.ops.nms_args import real_number
-from mmpar.compat.ops.quadri import quadri_area, quadri_reach
-from mmpar.compat.ops.soft_nms_kernel import ranking
+from mmpar.compat.ops.geometry.quadri import quadri_area, quadri_reach
+from mmpar.compat.ops.geometry.quadri_iou import box_iou_quadri
+from mmpar.compat.ops.geometry.rotated_iou import box_iou_rotated
+from mmpar.compat.ops.suppression.nms_args import real_number
+from mmpar.compat.ops.suppression.soft_nms_kernel import ranking
 
 __all__ = ["nms_quadri", "nms_rotated"]
 
@@ -129,7 +129,7 @@ def nms_rotated(
             result is the same as without them. For NMS per class use
             ``batched_nms(..., dict(type='nms_rotated', ...))``.
         clockwise: The angle's direction; see
-            :func:`mmpar.compat.ops.box_iou_rotated.box_iou_rotated`.
+            :func:`mmpar.compat.ops.geometry.rotated_iou.box_iou_rotated`.
 
     Returns:
         ``dets`` ``(K, 6)``: the kept boxes and their scores, highest score first,
@@ -155,7 +155,7 @@ def nms_quadri(
 
     Args:
         dets: ``(N, 8)`` float, ``(x1, y1, ..., x4, y4)``: the vertices in order, as
-            :func:`~mmpar.compat.ops.box_iou_quadri.box_iou_quadri` takes them.
+            :func:`~mmpar.compat.ops.geometry.quadri_iou.box_iou_quadri` takes them.
         scores: ``(N,)`` float, on the device of ``dets``.
         iou_threshold: IoU from which (CPU: ``>=``; other devices: ``>``) a
             lower-scored box is dropped.
@@ -219,7 +219,8 @@ def _greedy_keep(
 def _score_order(scores: Tensor) -> Tensor:
     """``(N,)`` indices by descending score: mmcv's ``torch.sort`` call, NaN scores last.
 
-    NaN ranks as ``-inf`` in mmcv's sort (:func:`~mmpar.compat.ops.soft_nms_kernel.ranking`),
+    NaN ranks as ``-inf`` in mmcv's sort
+    (:func:`~mmpar.compat.ops.suppression.soft_nms_kernel.ranking`),
     then a stable sort moves it behind every other score, ``-inf`` included; on the device,
     without a sync.
     """

@@ -1,7 +1,7 @@
 """mmcv 1.7.2's soft-NMS CPU kernel (``softnms_cpu``): its arithmetic, its steps, its slots.
 
 Not an mmcv module: :func:`mmpar.compat.ops.nms.soft_nms` takes mmcv's arguments,
-and :mod:`mmpar.compat.ops.soft_nms_rounds` computes the kernel's result from
+and :mod:`mmpar.compat.ops.suppression.soft_nms_rounds` computes the kernel's result from
 these pieces.
 
 The kernel keeps the boxes in one array. Step ``i`` takes the box of highest score

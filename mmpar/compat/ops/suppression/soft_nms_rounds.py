@@ -2,14 +2,14 @@
 
 Not an mmcv module: :func:`mmpar.compat.ops.nms.soft_nms` checks mmcv's arguments
 and calls :func:`soft_nms_keep` here. The kernel and its vocabulary (steps, slots,
-weights) are in :mod:`mmpar.compat.ops.soft_nms_kernel`. Here:
+weights) are in :mod:`mmpar.compat.ops.suppression.soft_nms_kernel`. Here:
 
 1. step 0 is the kernel's: every other box is rescored, and those below
    ``min_score`` dropped, whether or not the first box overlaps them;
 2. afterwards a score changes only through a weight other than 1, from a box that
    overlaps it enough (IoU above 0, and at least ``iou_threshold`` for ``linear``
    and ``naive``). Those pairs are found box by box as boxes near the top of the
-   scores (:class:`~mmpar.compat.ops.soft_nms_pairs.PairStore`);
+   scores (:class:`~mmpar.compat.ops.suppression.soft_nms_pairs.PairStore`);
 3. the steps are decided in rounds: a box is taken when its score is above that of
    each undecided box it overlaps (none of them can come before it and change its
    score) and, for each of those, above that of every box overlapping it that is not
@@ -24,10 +24,11 @@ weights) are in :mod:`mmpar.compat.ops.soft_nms_kernel`. Here:
    overlapping boxes, not by the box count;
 4. slots matter only among equal scores: where equal scores meet at the top, and
    for the boxes whose score is NaN (taken last, in slot order), the kernel's
-   swaps and refills are replayed (:class:`~mmpar.compat.ops.soft_nms_kernel.SlotReplay`,
+   swaps and refills are replayed
+   (:class:`~mmpar.compat.ops.suppression.soft_nms_kernel.SlotReplay`,
    a Python loop over the boxes taken) up to that point.
 
-:func:`~mmpar.compat.ops.soft_nms_kernel.soft_nms_steps`, the kernel step by step,
+:func:`~mmpar.compat.ops.suppression.soft_nms_kernel.soft_nms_steps`, the kernel step by step,
 runs where scores can rise (``min_score < 0``: a negative score rises when
 multiplied by a weight below 1), where every pair interacts (``naive`` with
 ``iou_threshold == 0``), and for a few boxes (it costs less there).
@@ -35,7 +36,7 @@ multiplied by a weight below 1), where every pair interacts (``naive`` with
 Cost: 10,000 sparse boxes (few overlaps each) run about as fast as torchvision's
 ``nms``, ``gaussian`` (every overlap counts) about 2.5 times slower. Dense clusters
 (hundreds of boxes over one object) cost the pairs of each box taken there
-(hundreds each, found with :class:`~mmpar.compat.ops.box_pairs.RectangleIndex`),
+(hundreds each, found with :class:`~mmpar.compat.ops.suppression.box_pairs.RectangleIndex`),
 and about a round per box taken from a cluster. A call of a few hundred boxes
 costs its fixed work, about a millisecond and a half.
 """
@@ -47,7 +48,7 @@ from typing import Callable, List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from mmpar.compat.ops.soft_nms_kernel import (
+from mmpar.compat.ops.suppression.soft_nms_kernel import (
     SlotReplay,
     SoftNMSParams,
     box_areas,
@@ -56,9 +57,9 @@ from mmpar.compat.ops.soft_nms_kernel import (
     refill_order,
     soft_nms_steps,
 )
-from mmpar.compat.ops.soft_nms_level import take_level
-from mmpar.compat.ops.soft_nms_pairs import PairStore
-from mmpar.compat.ops.soft_nms_take import NAN, TAKEN, UNDECIDED, RoundTakes
+from mmpar.compat.ops.suppression.soft_nms_level import take_level
+from mmpar.compat.ops.suppression.soft_nms_pairs import PairStore
+from mmpar.compat.ops.suppression.soft_nms_take import NAN, TAKEN, UNDECIDED, RoundTakes
 
 __all__ = ["soft_nms_keep"]
 

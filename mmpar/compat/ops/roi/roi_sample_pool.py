@@ -1,4 +1,4 @@
-"""Average pooling over RoIAlign's sample lists (:mod:`mmpar.compat.ops.roi_sampling`).
+"""Average pooling over RoIAlign's sample lists (:mod:`mmpar.compat.ops.roi.roi_sampling`).
 
 :func:`average_of_samples` is each bin's average over its grid of bilinear samples, for
 deform_roi_pool (bins moved by offsets) and for rois whose grid is too large for
@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from mmpar.compat.ops.roi_sampling import (
+from mmpar.compat.ops.roi.roi_sampling import (
     Bins,
     Taps,
     bin_windows,

@@ -1,4 +1,4 @@
-"""RoIAlign's max pooling over its sample grids (:mod:`mmpar.compat.ops.roi_sampling`).
+"""RoIAlign's max pooling over its sample grids (:mod:`mmpar.compat.ops.roi.roi_sampling`).
 
 :func:`max_of_samples` finds each bin's largest sample, the first of equal ones in the
 grid's row-major order (mmcv's kernel keeps a sample only if it is greater). Each
@@ -9,7 +9,7 @@ mmcv's CPU kernel's too. The backward pass sends each output's gradient to the c
 sample's four pixels, times their weights, as mmcv's.
 
 Bins are searched in groups of similar windows (a bin's window: the part of its grid near
-the map, :func:`~mmpar.compat.ops.roi_sampling.bin_windows`), the values of a few bins
+the map, :func:`~mmpar.compat.ops.roi.roi_sampling.bin_windows`), the values of a few bins
 at a time in two reused buffers; a bin whose window alone exceeds them, a few rows at a
 time.
 """
@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from mmpar.compat.ops.roi_sampling import (
+from mmpar.compat.ops.roi.roi_sampling import (
     Bins,
     bilinear_taps,
     bin_windows,

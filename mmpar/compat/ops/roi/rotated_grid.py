@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from mmpar.compat.ops.roi_sampling import bilinear_taps, window_chunks, window_samples
+from mmpar.compat.ops.roi.roi_sampling import bilinear_taps, window_chunks, window_samples
 
 __all__ = ["bilinear_entries", "pixel_table", "read_rows", "sample_offsets", "window_average"]
 

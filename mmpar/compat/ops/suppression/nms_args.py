@@ -1,6 +1,6 @@
 """The argument checks of the nms family, and the order boxes are visited in.
 
-Not an mmcv module: :mod:`mmpar.compat.ops.nms` and :mod:`mmpar.compat.ops.class_nms`
+Not an mmcv module: :mod:`mmpar.compat.ops.nms` and :mod:`mmpar.compat.ops.suppression.class_nms`
 check mmcv's arguments with these. Each check raises one line naming the op
 (``mmcv.ops.<op>``), the parameter, what was expected and what was found: a
 ``TypeError`` for a wrong type, a ``ValueError`` for a wrong value, an
@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from mmpar.compat.ops.backend import ArgumentError, renamed_kwargs, unsupported
-from mmpar.compat.ops.soft_nms_kernel import ranking
+from mmpar.compat.ops.suppression.soft_nms_kernel import ranking
 
 __all__ = [
     "ArrayLike",

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from mmpar.compat.ops.backend import float_compute_dtype, torchvision_ops
-from mmpar.compat.ops.nms_args import descending, integer, nms_args
+from mmpar.compat.ops.suppression.nms_args import descending, integer, nms_args
 
 __all__ = [
     "check_batched",

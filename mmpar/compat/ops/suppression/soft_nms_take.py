@@ -1,9 +1,9 @@
 """Soft-NMS's rounds, one at a time: which boxes can be taken together, and their weights.
 
-Not an mmcv module: :mod:`mmpar.compat.ops.soft_nms_rounds` runs the rounds (epochs,
+Not an mmcv module: :mod:`mmpar.compat.ops.suppression.soft_nms_rounds` runs the rounds (epochs,
 equal scores, slots); :class:`RoundTakes` holds the scores and states of the boxes
 after the kernel's step 0 and takes a round's boxes from the pairs of the boxes
-looked at (:class:`~mmpar.compat.ops.soft_nms_pairs.PairStore`).
+looked at (:class:`~mmpar.compat.ops.suppression.soft_nms_pairs.PairStore`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import List, Tuple
 import torch
 from torch import Tensor
 
-from mmpar.compat.ops.soft_nms_kernel import SoftNMSParams
+from mmpar.compat.ops.suppression.soft_nms_kernel import SoftNMSParams
 
 __all__ = ["DROPPED", "NAN", "TAKEN", "UNDECIDED", "RoundTakes"]
 

@@ -1,11 +1,11 @@
 """Soft-NMS where several boxes share the top score: the kernel's steps there, in slot order.
 
-Not an mmcv module: :mod:`mmpar.compat.ops.soft_nms_rounds` calls :func:`take_level`
+Not an mmcv module: :mod:`mmpar.compat.ops.suppression.soft_nms_rounds` calls :func:`take_level`
 when equal scores block its rounds. mmcv's kernel takes the box of the top score
 that comes first in its slots, which lowers the boxes it overlaps (those at the
 top score leave it) and may drop some, then the next first in slot order, until no
 box is left at that score. Which one comes first depends on the swaps and refills
-of every step before (:class:`~mmpar.compat.ops.soft_nms_kernel.SlotReplay`), so
+of every step before (:class:`~mmpar.compat.ops.suppression.soft_nms_kernel.SlotReplay`), so
 this runs in plain Python over the level's boxes and their pairs, with the
 kernel's arithmetic: one rounded product per weight, in float32 or float64 as the
 scores.
@@ -20,8 +20,8 @@ from typing import Callable, Dict, List, Tuple
 import torch
 from torch import Tensor
 
-from mmpar.compat.ops.soft_nms_kernel import SlotReplay
-from mmpar.compat.ops.soft_nms_take import DROPPED, NAN, TAKEN, UNDECIDED
+from mmpar.compat.ops.suppression.soft_nms_kernel import SlotReplay
+from mmpar.compat.ops.suppression.soft_nms_take import DROPPED, NAN, TAKEN, UNDECIDED
 
 __all__ = ["take_level"]
 
@@ -164,7 +164,8 @@ def take_level(
         replay: The slots, advanced to the level (every box of a higher score taken).
         ids: ``(m,)`` the boxes' indices in the input (the replay's names).
         key: ``(m,)`` their scores, float32 or float64.
-        status: ``(m,)`` int8 states (:data:`~mmpar.compat.ops.soft_nms_take.UNDECIDED`, ...).
+        status: ``(m,)`` int8 states
+            (:data:`~mmpar.compat.ops.suppression.soft_nms_take.UNDECIDED`, ...).
         level: ``(k,)`` the boxes at the top score: undecided, or taken in a round
             and not yet replayed (their weights are given already).
         find: ``(src, dst, weight)``, the pairs from some of the level's undecided

@@ -1,7 +1,7 @@
 """Quadrilaterals as mmcv's kernels measure them (not an mmcv module).
 
 Shared by :mod:`~mmpar.compat.ops.box_iou_quadri` and ``nms_quadri``
-(:mod:`~mmpar.compat.ops.rotated_nms`). A quadrilateral is 4 vertices ``(..., 4, 2)``
+(:mod:`~mmpar.compat.ops.suppression.rotated_nms`). A quadrilateral is 4 vertices ``(..., 4, 2)``
 taken in the order given (mmcv does not reorder them). mmcv 1.7.2's
 ``single_box_iou_quadri`` (``box_iou_rotated_utils.hpp``) defines:
 
@@ -31,7 +31,7 @@ from typing import Tuple
 import torch
 from torch import Tensor
 
-from mmpar.compat.ops.convex_hull import convex_hull_area
+from mmpar.compat.ops.geometry.convex_hull import convex_hull_area
 
 __all__ = ["quadri_area", "quadri_intersection_area", "quadri_reach"]
 

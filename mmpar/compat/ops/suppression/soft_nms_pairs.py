@@ -1,6 +1,6 @@
 """Soft-NMS's overlapping pairs, found box by box as the boxes reach the top of the scores.
 
-Not an mmcv module: :mod:`mmpar.compat.ops.soft_nms_rounds` decides mmcv's
+Not an mmcv module: :mod:`mmpar.compat.ops.suppression.soft_nms_rounds` decides mmcv's
 soft-NMS steps in rounds over these pairs. A pair ``(src, dst)`` matters when
 ``src``, taken, multiplies the score of ``dst`` by a weight other than 1: IoU above
 0, and at least ``iou_threshold`` for ``linear`` and ``naive``. Most boxes of a
@@ -16,8 +16,8 @@ from typing import Tuple
 import torch
 from torch import Tensor
 
-from mmpar.compat.ops.box_pairs import RectangleIndex
-from mmpar.compat.ops.soft_nms_kernel import SoftNMSParams, pair_iou
+from mmpar.compat.ops.suppression.box_pairs import RectangleIndex
+from mmpar.compat.ops.suppression.soft_nms_kernel import SoftNMSParams, pair_iou
 
 __all__ = ["PairStore", "crowding"]
 
@@ -55,7 +55,7 @@ class PairStore:
 
     Args:
         boxes: ``(m, 4)`` boxes, float32/float64.
-        areas: ``(m,)`` their :func:`~mmpar.compat.ops.soft_nms_kernel.box_areas`.
+        areas: ``(m,)`` their :func:`~mmpar.compat.ops.suppression.soft_nms_kernel.box_areas`.
         params: The method and its parameters.
     """
 

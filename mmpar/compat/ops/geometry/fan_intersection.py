@@ -7,7 +7,7 @@ own branch decisions. Where a point set touches the polygon (an edge along the
 polygon's edge, a vertex on it: mmcv's own test has both) the area has no
 derivative, and the one mmcv returns is that of those decisions. So here is that
 way, batched, for autograd to differentiate; IoU values need no such fidelity
-and come from :func:`~mmpar.compat.ops.polygon.convex_intersection_area`.
+and come from :func:`~mmpar.compat.ops.geometry.polygon.convex_intersection_area`.
 
 The area is a sum over every edge ``a -> b`` of one polygon and ``c -> d`` of the
 other, both counter-clockwise: the triangle ``(o, a, b)``, ``o`` the origin, cut by
@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from mmpar.compat.ops.polygon import polygon_area
+from mmpar.compat.ops.geometry.polygon import polygon_area
 
 __all__ = ["fan_intersection_area"]
 
