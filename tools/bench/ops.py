@@ -252,9 +252,7 @@ def _format(row: Row) -> str:
 
 def run(quick: bool = False) -> str:
     title = "## Ops: mmcv.ops stand-ins against a kernel (issue 30)"
-    try:
-        import torchvision
-    except ImportError:
+    if importlib.util.find_spec("torchvision") is None:
         return f"{title}\n\nSkipped: torchvision is not installed (the mmcv-ops extra).\n"
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -262,11 +260,18 @@ def run(quick: bool = False) -> str:
         rows = roi_rows(quick) + pooling_rows(quick) + nms_rows(quick) + rotated_rows(quick)
     finally:
         torch.set_num_threads(threads)
+    return render(title, rows, quick, "ops")
+
+
+def render(title: str, rows: List[Row], quick: bool, section: str) -> str:
+    """The section's Markdown: its settings once, then one table row per :data:`Row`."""
+    import torchvision
+
     lines = [
         title,
         "",
         f"CPU, one thread: {_cpu()} ({os.cpu_count()} cores), torch {torch.__version__}, "
-        f"torchvision {torchvision.__version__}; command: `python tools/benchmark.py ops"
+        f"torchvision {torchvision.__version__}; command: `python tools/benchmark.py {section}"
         f"{' --quick' if quick else ''}`. Each row: both warmed up, then alternated "
         f"over {2 if quick else '5-9'} rounds; median times, and the median of the "
         "per-round ratios.",
