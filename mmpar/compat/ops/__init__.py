@@ -18,6 +18,7 @@ from typing import Any, Dict
 
 from mmpar.compat.ops import deprecated_wrappers, saconv
 from mmpar.compat.ops.active_rotated_filter import active_rotated_filter
+from mmpar.compat.ops.ball_query import ball_query
 from mmpar.compat.ops.bbox import bbox_overlaps
 from mmpar.compat.ops.border_align import BorderAlign, border_align
 from mmpar.compat.ops.box_iou_quadri import box_iou_quadri
@@ -48,11 +49,13 @@ from mmpar.compat.ops.furthest_point_sample import (
 )
 from mmpar.compat.ops.fused_bias_leakyrelu import FusedBiasLeakyReLU, fused_bias_leakyrelu
 from mmpar.compat.ops.gather_points import gather_points
+from mmpar.compat.ops.group_points import GroupAll, QueryAndGroup, grouping_operation
 from mmpar.compat.ops.info import (
     get_compiler_version,
     get_compiling_cuda_version,
     get_onnxruntime_op_path,
 )
+from mmpar.compat.ops.knn import knn
 from mmpar.compat.ops.masked_conv import MaskedConv2d, masked_conv2d
 from mmpar.compat.ops.merge_cells import ConcatCell, GlobalPoolingCell, SumCell
 from mmpar.compat.ops.min_area_polygons import min_area_polygons
@@ -79,6 +82,8 @@ from mmpar.compat.ops.roi_align_rotated import RoIAlignRotated, roi_align_rotate
 from mmpar.compat.ops.roi_pool import RoIPool, roi_pool
 from mmpar.compat.ops.rotated_feature_align import rotated_feature_align
 from mmpar.compat.ops.sync_bn import SyncBatchNorm
+from mmpar.compat.ops.three_interpolate import three_interpolate
+from mmpar.compat.ops.three_nn import three_nn
 from mmpar.compat.ops.tin_shift import TINShift, tin_shift
 from mmpar.compat.ops.upfirdn2d import upfirdn2d
 
@@ -89,6 +94,7 @@ MODULES: Dict[str, ModuleType] = {
     name: sys.modules[f"{__name__}.{name}"]
     for name in (
         "active_rotated_filter",
+        "ball_query",
         "bbox",
         "border_align",
         "box_iou_quadri",
@@ -107,7 +113,9 @@ MODULES: Dict[str, ModuleType] = {
         "furthest_point_sample",
         "fused_bias_leakyrelu",
         "gather_points",
+        "group_points",
         "info",
+        "knn",
         "masked_conv",
         "merge_cells",
         "min_area_polygons",
@@ -127,6 +135,8 @@ MODULES: Dict[str, ModuleType] = {
         "rotated_feature_align",
         "saconv",
         "sync_bn",
+        "three_interpolate",
+        "three_nn",
         "tin_shift",
         "upfirdn2d",
     )
@@ -181,7 +191,12 @@ __all__ = [
     "FusedBiasLeakyReLU",
     "fused_bias_leakyrelu",
     "pixel_group",
+    "QueryAndGroup",
+    "GroupAll",
+    "grouping_operation",
     "contour_expand",
+    "three_nn",
+    "three_interpolate",
     "rotated_feature_align",
     "RiRoIAlignRotated",
     "riroi_align_rotated",
@@ -190,6 +205,8 @@ __all__ = [
     "box_iou_rotated",
     "box_iou_quadri",
     "nms_rotated",
+    "knn",
+    "ball_query",
     "MultiScaleDeformableAttention",
     "gather_points",
     "furthest_point_sample",
