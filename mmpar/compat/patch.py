@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from mmpar.compat.cpu_dist import enable_cpu_dist
 from mmpar.compat.mmcv_ops import resolve_mode, supply_mmcv_ops
 from mmpar.compat.mmcv_parallel import PACKAGE, PUBLIC, contents
+from mmpar.compat.mmdet3d_fixes import mend_mmdet3d
 from mmpar.compat.numpy_aliases import restore_numpy_aliases
 from mmpar.compat.opencv_scalars import mend_opencv_scalars
 from mmpar.compat.wrappers_link import link_wrapper_registry
@@ -59,7 +60,9 @@ def patch_mmcv(ops: Optional[str] = None) -> None:
     OpenCV 5 refuses numpy numbers as colours and fill values, which those
     codebases pass (mmocr's DRRG and TextSnake targets): its drawing and border
     functions take them as the Python numbers they hold (see
-    :mod:`mmpar.compat.opencv_scalars`).
+    :mod:`mmpar.compat.opencv_scalars`). mmdet3d 1.0 builds its sparse
+    convolutions from ``mmcv.ops`` where mmpar's serve, not from spconv 2, which
+    runs on CUDA only (see :mod:`mmpar.compat.mmdet3d_fixes`).
 
     Processes started with ``spawn`` or ``forkserver`` (spawned DataLoader
     workers, ``mp.spawn``) re-run the main script's top level, so the patch
@@ -80,6 +83,7 @@ def patch_mmcv(ops: Optional[str] = None) -> None:
     restore_numpy_aliases()
     mend_opencv_scalars()
     supply_mmcv_ops(mode)
+    mend_mmdet3d()
     enable_cpu_dist()
     current = sys.modules.get(PACKAGE)
     if is_patched():

@@ -214,6 +214,78 @@ def test_dry_run_plan_names_what_codebases_import(capsys, tmp_path) -> None:
     assert "mmpar install: mmdet 2.28.2 (mmrotate and mmocr import it)" in out
 
 
+@pytest.mark.parametrize("version", ["1.0.0rc4", "1.0.0rc5", "1.0.0rc6", None])
+def test_dry_run_plan_for_mmdet3d(capsys, tmp_path, version) -> None:
+    named = "mmdet3d" if version is None else f"mmdet3d=={version}"
+    code, out, err = dry_run(capsys, named, "--target", str(tmp_path / "t"))
+    assert code == 0, err
+    text = "\n".join(out)
+    assert "mmcv 1.7.0, without compiled ops (mmpar supplies mmcv.ops): mmdet3d " in text
+    assert f"mmdet3d {version or '1.0.0rc6'} (named" in text
+    for dist in ("mmdet 2.28.2", "mmsegmentation 0.30.0"):
+        assert f"mmpar install: {dist} (mmdet3d imports it)" in out
+    # Only an sdist on the index: its setup.py imports torch, and builds no extension.
+    assert f"would make the wheel of mmdet3d {version or '1.0.0rc6'}" in text
+    assert "compiles nothing" in text
+
+
+def fake_wheel(folder: Path, name: str, version: str, requires: List[str]) -> Path:
+    """A wheel holding only metadata, with these ``Requires-Dist`` lines."""
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = name.replace("-", "_")
+    wheel = folder / f"{stem}-{version}-py3-none-any.whl"
+    lines = "".join(f"Requires-Dist: {r}\n" for r in requires)
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr(
+            f"{stem}-{version}.dist-info/METADATA",
+            f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n{lines}",
+        )
+    return wheel
+
+
+def test_a_requirement_read_from_its_wheel_is_resolved_as_relaxed(tmp_path) -> None:
+    """nuscenes-devkit (mmdet3d's) asks numpy < 2: its requirements go to pip without
+    that bound, and its wheel is installed as it is, so pip keeps the installed numpy."""
+    from mmpar.compat.install.pip import cache_dir
+    from mmpar.compat.install.requirements import Needs
+    from mmpar.compat.install.steps import Installer
+
+    fake_wheel(cache_dir(), "nuscenes-devkit", "1.1.0", [])
+    wheel = fake_wheel(
+        cache_dir(),
+        "nuscenes-devkit",
+        "1.2.0",
+        ["numpy<2.0.0,>=1.22.0", "Shapely~=2.0.3", "mmpar-no-such-package>=1.0"],
+    )
+    said: List[str] = []
+    installer = Installer(["mmdet3d"], None, tmp_path / "t", said.append)
+    needs = Needs(missing=["plyfile", "nuscenes-devkit"])
+    assert installer._read_from_wheels(needs) == [str(wheel)]
+    assert needs.missing[0] == "plyfile" and "mmpar-no-such-package>=1.0" in needs.missing
+    assert not any(m.startswith(("numpy", "nuscenes")) for m in needs.missing)
+    assert said[0].startswith(f"nuscenes-devkit 1.2.0 from {wheel}, the requirements read")
+    assert any(s.startswith("numpy of any version for nuscenes-devkit's numpy<2") for s in said)
+
+
+def test_requirements_of_mmdet3d_that_no_release_installs_today(tmp_path) -> None:
+    got = needs(
+        tmp_path,
+        {
+            "mmdet3d": [
+                "numba (==0.53.0)",
+                "networkx (<2.3,>=2.2)",
+                "trimesh (<2.35.40,>=2.35.39)",
+                "nuscenes-devkit",
+            ]
+        },
+        numba="0.68.1",
+        networkx="3.6.1",
+    )
+    assert got.missing == ["trimesh", "nuscenes-devkit"]
+    for name in ("numba", "networkx", "trimesh"):
+        assert any(n.startswith(f"{name} of any version for mmdet3d's {name}") for n in got.notes)
+
+
 # --------------------------------------------------------------------------- requirements
 
 
@@ -306,17 +378,18 @@ def ci_lines() -> List[List[str]]:
 def test_ci_installs_every_codebase() -> None:
     lines = ci_lines()
     named = [a.split("==")[0] for args in lines for a in args if "==" in a]
-    assert sorted(named) == sorted(set(CODEBASES) - {"mmdet3d"})
-    assert [args[:2] for args in lines] == [["--mmcv", "1.7.2"], ["--mmcv", "1.7.0"]]
+    assert sorted(named) == sorted(CODEBASES)
+    assert [args[:2] for args in lines] == [["--mmcv", "1.7.2"]] + [["--mmcv", "1.7.0"]] * 2
+    assert lines[1][2:4] == lines[2][2:4] == ["--target", str(MMCV_170_DIR)]
 
 
-@pytest.mark.parametrize("index", [0, 1], ids=["main", "mmcv-1.7.0"])
+@pytest.mark.parametrize("index", [0, 1, 2], ids=["main", "mmcv-1.7.0", "mmdet3d"])
 def test_ci_environment_is_what_its_install_lines_promise(capsys, index) -> None:
     """After ``.ci/run``'s install lines, each says everything is installed already."""
     args = ci_lines()[index]
     if index == 0 and Environment().version("mmcv") is None:
         pytest.skip("mmcv is not installed: `bash .ci/run` (or its install lines) installs it")
-    if index == 1 and not MMCV_170_DIR.is_dir():
+    if index > 0 and not MMCV_170_DIR.is_dir():
         pytest.skip(f"{MMCV_170_DIR} is absent: `bash .ci/run` (or its install lines) makes it")
     code, out, err = dry_run(capsys, *args)
     assert code == 0, err

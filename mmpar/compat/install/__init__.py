@@ -15,8 +15,12 @@ resolved by pip with the installed torch (and torchvision) pinned, and installed
 OpenCV requirements are met by any ``cv2`` already there, else by
 opencv-python-headless. The few requirements installed otherwise than written, and
 why, are :data:`~mmpar.compat.install.catalogue.REPLACED`,
-:data:`~mmpar.compat.install.catalogue.RELAXED` and
-:data:`~mmpar.compat.install.catalogue.NOT_INSTALLED`.
+:data:`~mmpar.compat.install.catalogue.RELAXED`,
+:data:`~mmpar.compat.install.catalogue.READ_FROM_WHEEL` (a requirement whose own
+requirements, read from its wheel, pip resolves relaxed: nuscenes-devkit's numpy < 2)
+and :data:`~mmpar.compat.install.catalogue.NOT_INSTALLED`. A codebase published as
+an sdist only, whose ``setup.py`` imports torch (mmdet3d 1.0), gets its wheel made
+with this Python's torch, without build isolation; it compiles nothing.
 
 Without ``--mmcv`` it picks the newest mmcv every codebase accepts: 1.7.2, or 1.7.0
 where mmpose, mmaction2 or mmdet3d is named (they refuse mmcv > 1.7.0 on import).
