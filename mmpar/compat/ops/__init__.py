@@ -18,6 +18,7 @@ from typing import Any, Dict
 
 from mmpar.compat.ops import deprecated_wrappers, saconv
 from mmpar.compat.ops.active_rotated_filter import active_rotated_filter
+from mmpar.compat.ops.assign_score_withk import assign_score_withk
 from mmpar.compat.ops.ball_query import ball_query
 from mmpar.compat.ops.bbox import bbox_overlaps
 from mmpar.compat.ops.border_align import BorderAlign, border_align
@@ -94,6 +95,7 @@ MODULES: Dict[str, ModuleType] = {
     name: sys.modules[f"{__name__}.{name}"]
     for name in (
         "active_rotated_filter",
+        "assign_score_withk",
         "ball_query",
         "bbox",
         "border_align",
@@ -187,6 +189,7 @@ __all__ = [
     "SAConv2d",
     "TINShift",
     "tin_shift",
+    "assign_score_withk",
     "upfirdn2d",
     "FusedBiasLeakyReLU",
     "fused_bias_leakyrelu",
