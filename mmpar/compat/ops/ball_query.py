@@ -12,8 +12,8 @@ stacked row after row) is mmcv's other kernel: only ``d2 < max_radius**2`` is te
 (``min_radius`` only has to be below ``max_radius``), and a centre that finds nothing gets
 -1 in its first slot and 0 in the others.
 
-NaN/inf: a NaN distance passes no test (its point is never found); an infinite one only
-passes a test against an infinite radius, as in the kernel.
+NaN/inf: as in the kernel, a point at a NaN or infinite distance from a centre (a NaN or
+inf coordinate on either side) is never found, even within an infinite radius.
 
 Differences from mmcv-full: inputs need not be contiguous; ``sample_num < 1`` (which makes
 mmcv's kernel write past its output) is a ``ValueError``, and so are stacked counts that do
@@ -84,7 +84,7 @@ def _dense(
     b, m = centers.shape[0], centers.shape[1]
     idx = torch.zeros((b, m, sample_num), dtype=torch.int32, device=xyz.device)
     for start, stop, d2 in sq_dist_chunks(centers, xyz, search_chunk(xyz.device)):
-        mask = _in_ball(d2, min_radius, max_radius).view(b * (stop - start), -1)
+        mask = _in_ball(d2, min_radius, max_radius).view(b * (stop - start), xyz.shape[1])
         index, count = first_true(mask, sample_num)
         idx[:, start:stop] = _fill(index, count, 0).view(b, stop - start, sample_num)
     return idx

@@ -88,6 +88,6 @@ def knn(
     idx = torch.zeros((b, k, m), dtype=torch.int32, device=points.device)
     limit = at_least(_FAR, points.dtype)
     for start, stop, d2 in sq_dist_chunks(centers, points, search_chunk(points.device)):
-        _, index = k_smallest(d2.view(b * (stop - start), -1), k, limit)
+        _, index = k_smallest(d2.flatten(0, 1), k, limit)
         idx[:, :, start:stop] = index.view(b, stop - start, k).transpose(1, 2)
     return idx

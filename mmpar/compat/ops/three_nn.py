@@ -42,7 +42,7 @@ def _search(target: Tensor, source: Tensor) -> Tuple[Tensor, Tensor]:
     idx = torch.empty((b, n, 3), dtype=torch.int32, device=target.device)
     limit = at_least(_FAR, target.dtype)
     for start, stop, d2 in sq_dist_chunks(target, source, search_chunk(target.device)):
-        kept, index = k_smallest(d2.view(b * (stop - start), -1), 3, limit)
+        kept, index = k_smallest(d2.flatten(0, 1), 3, limit)
         dist2[:, start:stop] = kept.view(b, stop - start, 3)
         idx[:, start:stop] = index.view(b, stop - start, 3)
     # Unfilled slots hold `limit`: 1e40 in float64, inf in the narrower dtypes, as the
