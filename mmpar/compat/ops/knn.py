@@ -23,6 +23,7 @@ not be contiguous; ``k`` outside ``1..99`` is a ``ValueError`` that is also an
 
 from __future__ import annotations
 
+import sys
 from typing import Optional
 
 import torch
@@ -48,8 +49,8 @@ def _as_rows(name: str, value: object, transposed: bool) -> Tensor:
 
 
 def _check_k(k: int) -> int:
-    k = check_int(_OP, "k", k, 1, ArgumentError)
-    if k > _MAX_K:
+    k = check_int(_OP, "k", k, -sys.maxsize)
+    if not 1 <= k <= _MAX_K:
         raise ArgumentError(f"{_OP}: k must be in [1, {_MAX_K}] (mmcv's 0 < k < 100), found {k}")
     return k
 

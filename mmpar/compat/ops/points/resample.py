@@ -36,7 +36,7 @@ def uniform_resample(idx: Tensor) -> Tuple[Tensor, Tensor]:
     first[..., 1:] = ordered[..., 1:] != ordered[..., :-1]
     unique_cnt = first.sum(-1)
     # Distinct values to the front, ascending (a stable sort of "is not first" flags).
-    front = (~first).to(torch.uint8).sort(-1, stable=True)[1]
+    front = (~first).to(torch.uint8).sort(dim=-1, stable=True)[1]
     distinct = ordered.gather(-1, front)
     draws = torch.randint(0, _DRAW_BOUND, idx.shape, device=idx.device)
     picks = distinct.gather(-1, draws % unique_cnt[..., None])
