@@ -56,10 +56,9 @@ def _check_radii(min_radius: float, max_radius: float) -> None:
         )
 
 
-def _in_ball(d2: Tensor, min_radius: float, max_radius: float) -> Tensor:
-    """The kernel's test ``d2 == 0 || (d2 >= min2 && d2 < max2)``, made in ``d2``'s dtype."""
-    upper = at_least(float32_square(max_radius), d2.dtype)
-    lower = at_least(float32_square(min_radius), d2.dtype)
+def _in_ball(d2: Tensor, lower: float, upper: float) -> Tensor:
+    """The kernel's test ``d2 == 0 || (d2 >= min2 && d2 < max2)``, made in ``d2``'s dtype
+    with ``lower`` and ``upper`` the squared radii as :func:`at_least` gives them."""
     mask = d2 < upper
     if lower > 0:
         mask &= d2 >= lower
@@ -83,8 +82,10 @@ def _dense(
 ) -> Tensor:
     b, m = centers.shape[0], centers.shape[1]
     idx = torch.zeros((b, m, sample_num), dtype=torch.int32, device=xyz.device)
+    lower = at_least(float32_square(min_radius), xyz.dtype)
+    upper = at_least(float32_square(max_radius), xyz.dtype)
     for start, stop, d2 in sq_dist_chunks(centers, xyz, search_chunk(xyz.device)):
-        mask = _in_ball(d2, min_radius, max_radius).view(b * (stop - start), xyz.shape[1])
+        mask = _in_ball(d2, lower, upper).view(b * (stop - start), xyz.shape[1])
         index, count = first_true(mask, sample_num)
         idx[:, start:stop] = _fill(index, count, 0).view(b, stop - start, sample_num)
     return idx
@@ -108,12 +109,12 @@ def _stacked(
             f"found {len(point_counts)} and {len(center_counts)}"
         )
     idx = torch.zeros((centers.shape[0], sample_num), dtype=torch.int32, device=xyz.device)
-    upper, chunk = float32_square(max_radius), search_chunk(xyz.device)
+    upper, chunk = at_least(float32_square(max_radius), xyz.dtype), search_chunk(xyz.device)
     # The clouds are of any sizes: one search per cloud (a loop over clouds, not points).
     offset = 0
     for cloud, centre in zip(xyz.split(point_counts), centers.split(center_counts)):
         for first, stop, d2 in sq_dist_chunks(centre[None], cloud[None], chunk):
-            mask = (d2 < at_least(upper, d2.dtype))[0]
+            mask = (d2 < upper)[0]
             index, count = first_true(mask, sample_num)
             idx[offset + first : offset + stop] = _fill(index, count, -1)
         offset += centre.shape[0]
