@@ -102,7 +102,7 @@ def sync_batch_norm(
     """Batch norm with statistics synchronized over ``group``; updates the running stats.
 
     Args:
-        input: (N, C, *) float.
+        input: ``(N, C, *)`` float.
         running_mean: (C,) float, updated in place, or ``None``.
         running_var: (C,) float, updated in place, or ``None``.
         weight: (C,) float, or ``None``.
@@ -114,7 +114,7 @@ def sync_batch_norm(
         stats_mode: ``'default'`` or ``'N'`` (see the module's docstring).
 
     Returns:
-        (N, C, *) in ``input``'s dtype (float16 / bfloat16 are computed in float32).
+        ``(N, C, *)`` in ``input``'s dtype (float16 / bfloat16 are computed in float32).
     """
     if stats_mode not in _STATS_MODES:
         raise ValueError(
@@ -181,7 +181,7 @@ class SyncBatchNorm(nn.Module):
     ``bias`` at 0.
 
     Args:
-        num_features: C, the channels of the (N, C, *) input.
+        num_features: C, the channels of the ``(N, C, *)`` input.
         eps: Added to the variance.
         momentum: The running statistics' update factor; ``None``: a
             cumulative average over the batches seen.
@@ -260,7 +260,7 @@ class SyncBatchNorm(nn.Module):
                 self.bias.zero_()
 
     def forward(self, input: Tensor) -> Tensor:
-        """(N, C, *) -> (N, C, *), normalized per channel.
+        """``(N, C, *) -> (N, C, *)``, normalized per channel.
 
         Raises:
             TypeError: an input that is not a floating-point tensor.

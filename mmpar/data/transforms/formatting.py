@@ -3,15 +3,15 @@
 After :class:`DefaultFormatBundle` and :class:`Collect` a sample is what
 :func:`mmpar.collate.collate` and :func:`mmpar.scatter_gather.scatter` expect:
 
-==================  ================================================  ==========================
-key                 container                                         content
-==================  ================================================  ==========================
-``img``             ``stack=True``, ``padding_value=pad_val["img"]``  ``(C, H, W)`` tensor
-``gt_bboxes``       neither stack nor cpu_only                        float32 ``(K, 4)``
-``gt_labels``       neither stack nor cpu_only                        int64 ``(K,)``
-``gt_semantic_seg`` ``stack=True``, ``padding_value=pad_val["seg"]``  ``(1, H, W)`` tensor
-``img_metas``       ``cpu_only=True``                                 dict of meta keys
-==================  ================================================  ==========================
+===================  ================================================  ==========================
+key                  container                                         content
+===================  ================================================  ==========================
+``img``              ``stack=True``, ``padding_value=pad_val["img"]``  ``(C, H, W)`` tensor
+``gt_bboxes``        neither stack nor cpu_only                        float32 ``(K, 4)``
+``gt_labels``        neither stack nor cpu_only                        int64 ``(K,)``
+``gt_semantic_seg``  ``stack=True``, ``padding_value=pad_val["seg"]``  ``(1, H, W)`` tensor
+``img_metas``        ``cpu_only=True``                                 dict of meta keys
+===================  ================================================  ==========================
 """
 
 from __future__ import annotations
