@@ -82,11 +82,13 @@ from mmpar.compat.ops.roi_align import RoIAlign, roi_align
 from mmpar.compat.ops.roi_align_rotated import RoIAlignRotated, roi_align_rotated
 from mmpar.compat.ops.roi_pool import RoIPool, roi_pool
 from mmpar.compat.ops.rotated_feature_align import rotated_feature_align
+from mmpar.compat.ops.scatter_points import DynamicScatter, dynamic_scatter
 from mmpar.compat.ops.sync_bn import SyncBatchNorm
 from mmpar.compat.ops.three_interpolate import three_interpolate
 from mmpar.compat.ops.three_nn import three_nn
 from mmpar.compat.ops.tin_shift import TINShift, tin_shift
 from mmpar.compat.ops.upfirdn2d import upfirdn2d
+from mmpar.compat.ops.voxelize import Voxelization, voxelization
 
 #: mmcv's module name (``nms`` for ``mmcv.ops.nms``) -> mmpar's module. Several
 #: share their name with a function (``nms``, ``roi_align``), which wins the
@@ -136,11 +138,13 @@ MODULES: Dict[str, ModuleType] = {
         "roi_pool",
         "rotated_feature_align",
         "saconv",
+        "scatter_points",
         "sync_bn",
         "three_interpolate",
         "three_nn",
         "tin_shift",
         "upfirdn2d",
+        "voxelize",
     )
 }
 
@@ -233,6 +237,10 @@ __all__ = [
     "MaxPool2d",
     "BorderAlign",
     "border_align",
+    "Voxelization",
+    "voxelization",
+    "dynamic_scatter",
+    "DynamicScatter",
     "PrRoIPool",
     "prroi_pool",
 ]
