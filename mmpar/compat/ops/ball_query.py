@@ -25,7 +25,8 @@ across it; here every operation is rounded on its own.
 
 from __future__ import annotations
 
-from typing import Optional
+import numbers
+from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -45,15 +46,17 @@ __all__ = ["ball_query"]
 _OP = "mmcv.ops.ball_query"
 
 
-def _check_radii(min_radius: float, max_radius: float) -> None:
+def _check_radii(min_radius: float, max_radius: float) -> Tuple[float, float]:
+    """The radii as floats; a ``TypeError`` for a non-number, mmcv's assertion otherwise."""
     for name, value in (("min_radius", min_radius), ("max_radius", max_radius)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise TypeError(f"{_OP}: {name} must be a number, found {value!r}")
     if not min_radius < max_radius:
         raise ArgumentError(
             f"{_OP}: min_radius must be less than max_radius, found {min_radius!r} "
             f"and {max_radius!r}"
         )
+    return float(min_radius), float(max_radius)
 
 
 def _in_ball(d2: Tensor, lower: float, upper: float) -> Tensor:
@@ -153,7 +156,7 @@ def ball_query(
             ``AssertionError`` too), ``sample_num < 1``, wrong shapes, or inputs of
             different dtypes, devices, batch sizes or counts.
     """
-    _check_radii(min_radius, max_radius)
+    min_radius, max_radius = _check_radii(min_radius, max_radius)
     sample_num = check_int(_OP, "sample_num", sample_num, 1)
     stacked = xyz_batch_cnt is not None or center_xyz_batch_cnt is not None
     layout = "(N, 3)" if stacked else "(B, N, 3)"

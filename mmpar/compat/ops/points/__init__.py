@@ -27,7 +27,11 @@ stand-ins share:
     The ``k`` smallest entries of each row below ``limit``, ascending, equal values by
     ascending index; missing slots ``limit`` and index 0 (the kernels' start values).
 
-``mmpar.compat.ops.points.checks`` holds their argument checks.
+``uniform_resample(idx) -> (idx, unique_cnt)`` (``points.resample``)
+    ``QueryAndGroup``'s ``uniform_sample``: each group's distinct points, then uniform draws.
+
+``mmpar.compat.ops.points.checks`` holds their argument checks (one-line errors naming the
+op and the parameter).
 """
 
 from mmpar.compat.ops.points.distance import (
