@@ -5,13 +5,14 @@ The boxes are given in visiting order (mmcv sorts them by score first). A box is
 kept unless a kept box before it has an IoU with it strictly above the threshold.
 
 1. Candidate pairs: the boxes whose axis-aligned extents meet (a sweep over the boxes
-   sorted by left edge, in chunks of :data:`_CHUNK_PAIRS` pairs); only they can have
-   an IoU above 0. Their IoUs are computed in those chunks, and the pairs above the
-   threshold kept.
-2. The greedy result, in rounds: a box all of whose suppressors before it are decided
-   is dropped if one of them is kept, else kept; each round decides at least the
-   first undecided box, and the rounds are bounded by the longest chain of
-   suppressions, not by the box count.
+   sorted by left edge, in chunks of :data:`_CHUNK_PAIRS` pairs), of which those whose
+   IoU can exceed the threshold (a bound from the extents' overlap and the areas).
+2. The greedy result, in rounds: an undecided box none of whose candidates before it
+   is undecided (or kept and not yet compared with it) is kept; then the IoUs of the
+   just-kept boxes with their later candidates are computed (in chunks), and the
+   boxes above the threshold dropped. Only the pairs of kept boxes are evaluated;
+   each round decides at least the first undecided box, and the rounds are bounded
+   by the longest chain of overlaps, not by the box count.
 """
 
 from __future__ import annotations
@@ -53,8 +54,13 @@ def _candidates(extents: Extents) -> Iterator[Tuple[Tensor, Tensor]]:
         begin = stop
 
 
-def _rounds(n: int, first: Tensor, second: Tensor) -> Tensor:
-    """``(n,)`` bool: which boxes greedy NMS keeps, ``first[i]`` suppressing ``second[i]``."""
+def _rounds(n: int, first: Tensor, second: Tensor, drops: Callable[[Tensor, Tensor], Tensor]):
+    """``(n,)`` bool: the boxes greedy NMS keeps, given the candidate pairs ``first < second``.
+
+    Each round keeps every undecided box that no undecided or unasked earlier box may
+    drop, then asks ``drops`` about the pairs of the boxes just kept: only the pairs of
+    kept boxes are ever evaluated, and each round decides the first undecided box.
+    """
     undecided, kept, dropped = 0, 1, 2
     state = torch.zeros(n, dtype=torch.int8, device=first.device)
     while True:
@@ -63,24 +69,49 @@ def _rounds(n: int, first: Tensor, second: Tensor) -> Tensor:
             return state == kept
         live = open_[second] & (state[first] != dropped)
         first, second = first[live], second[live]
-        by = state[first]
         waiting = torch.zeros_like(open_)
-        waiting[second[by == undecided]] = True
-        hit = torch.zeros_like(open_)
-        hit[second[by == kept]] = True
-        state[open_ & hit] = dropped
-        state[open_ & ~hit & ~waiting] = kept
+        waiting[second] = True
+        state[open_ & ~waiting] = kept
+        now = state[first] == kept
+        asked_first, asked_second = first[now], second[now]
+        hit = torch.cat(
+            [
+                drops(asked_first[i : i + _CHUNK_PAIRS], asked_second[i : i + _CHUNK_PAIRS])
+                for i in range(0, asked_first.numel(), _CHUNK_PAIRS)
+            ]
+            or [open_[:0]]
+        )
+        state[asked_second[hit]] = dropped
+        first, second = first[~now], second[~now]
+
+
+def _may_drop(extents: Extents, areas: Tensor, a: Tensor, b: Tensor, threshold: float) -> Tensor:
+    """Whether the IoU of pairs ``(a, b)`` may exceed ``threshold``: the overlap is at
+    most that of the extents, and the IoU grows with the overlap."""
+    left, right, bottom, top = extents
+    width = torch.minimum(right[a], right[b]) - torch.maximum(left[a], left[b])
+    height = torch.minimum(top[a], top[b]) - torch.maximum(bottom[a], bottom[b])
+    inter = width.clamp(min=0) * height.clamp(min=0)
+    union = areas[a] + areas[b] - inter
+    bound = torch.where(union > 0, inter / union, torch.inf)
+    return bound * (1 + 1e-4) + 1e-6 > threshold
 
 
 def greedy_keep(
-    boxes: Tensor, extents: Extents, iou: Callable[[Tensor, Tensor], Tensor], threshold: float
+    boxes: Tensor,
+    extents: Extents,
+    areas: Tensor,
+    iou: Callable[[Tensor, Tensor], Tensor],
+    threshold: float,
 ) -> Tensor:
     """The positions greedy NMS keeps, ascending (the boxes are in visiting order).
 
     Args:
         boxes: ``(N, D)`` boxes in visiting order.
-        extents: Their axis-aligned extents, finite; a pair whose extents do not meet
-            has an IoU of 0, and so does a pair with a box of non-finite extents.
+        extents: Their axis-aligned extents; a pair whose extents do not meet has an
+            IoU of 0, and so does a pair with a box of non-finite extents. Every point
+            the overlap covers is in both extents.
+        areas: ``(N,)`` the areas the IoU's union adds.
         iou: ``(a, b) -> (k,)``, the IoUs of the aligned pairs of ``(k, D)`` boxes.
         threshold: A box is dropped by a kept earlier one whose IoU with it is above this.
 
@@ -95,10 +126,13 @@ def greedy_keep(
     firsts, seconds = [], []
     for a, b in _candidates(tuple(e.index_select(0, ids) for e in extents)):
         a, b = ids.index_select(0, a), ids.index_select(0, b)
-        above = iou(boxes.index_select(0, a), boxes.index_select(0, b)) > threshold
-        firsts.append(a[above])
-        seconds.append(b[above])
+        near = _may_drop(extents, areas, a, b, threshold)
+        firsts.append(a[near])
+        seconds.append(b[near])
     empty = torch.zeros(0, dtype=torch.long, device=boxes.device)
-    first = torch.cat(firsts) if firsts else empty
-    second = torch.cat(seconds) if seconds else empty
-    return _rounds(n, first, second).nonzero().squeeze(1)
+    first, second = torch.cat(firsts or [empty]), torch.cat(seconds or [empty])
+
+    def drops(a: Tensor, b: Tensor) -> Tensor:
+        return iou(boxes.index_select(0, a), boxes.index_select(0, b)) > threshold
+
+    return _rounds(n, first, second, drops).nonzero().squeeze(1)
