@@ -2,11 +2,13 @@
 
 For every centre, the indices of the ``k`` points of its cloud at the least squared
 distance, nearest first. Distances are computed as mmcv's kernel computes them (each
-operation rounded in the inputs' dtype, see :mod:`mmpar.compat.ops.points`); as in its
-heap, which starts from ``k`` slots at distance ``1e10`` with index 0 and takes a point only
-when strictly nearer than the farthest kept, a point at ``1e10`` or farther (or at a NaN
-distance) is never taken, and a cloud of fewer than ``k`` such points leaves index 0 in the
-last slots. No gradient (the indices are integers).
+operation rounded in the inputs' dtype, see :mod:`mmpar.compat.ops.points`). Its heap
+starts from ``k`` slots at distance ``1e10`` with index 0 and takes a point only when
+strictly nearer than the farthest kept: a cloud of fewer than ``k`` points (below ``1e10``)
+leaves index 0 in the last slots. No gradient (the indices are integers).
+
+NaN/inf: as in the kernel, a point at a NaN or infinite distance, or at ``1e10`` or farther,
+is never taken.
 
 Equal distances: ascending index. mmcv's kernel returns equal distances in the order its
 heap leaves them, which depends on the order the points arrived in and on the heap's shape
