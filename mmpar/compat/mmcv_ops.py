@@ -42,6 +42,8 @@ __all__ = [
 ]
 
 PACKAGE = "mmcv.ops"
+#: mmcv-full's compiled extension, which research code also loads by itself.
+EXT = "mmcv._ext"
 #: The environment variable that chooses the ops; child processes inherit it.
 ENV_VAR = "MMPAR_MMCV_OPS"
 MODES = ("auto", "mmcv", "mmpar")
@@ -57,9 +59,17 @@ REGISTRATIONS: Tuple[Tuple[str, str, str], ...] = (
     ("UPSAMPLE_LAYERS", "carafe", "CARAFEPack"),
     ("ATTENTION", "MultiScaleDeformableAttention", "MultiScaleDeformableAttention"),
     ("PLUGIN_LAYERS", "CrissCrossAttention", "CrissCrossAttention"),
+    ("CONV_LAYERS", "SparseConv2d", "SparseConv2d"),
+    ("CONV_LAYERS", "SparseConv3d", "SparseConv3d"),
+    ("CONV_LAYERS", "SparseConvTranspose2d", "SparseConvTranspose2d"),
+    ("CONV_LAYERS", "SparseConvTranspose3d", "SparseConvTranspose3d"),
+    ("CONV_LAYERS", "SparseInverseConv2d", "SparseInverseConv2d"),
+    ("CONV_LAYERS", "SparseInverseConv3d", "SparseInverseConv3d"),
+    ("CONV_LAYERS", "SubMConv2d", "SubMConv2d"),
+    ("CONV_LAYERS", "SubMConv3d", "SubMConv3d"),
 )
 
-_state: Dict[str, Any] = {"in_use": None, "reason": ""}
+_state: Dict[str, Any] = {"in_use": None, "reason": "", "probing": False}
 
 
 class MissingOpError(ImportError):
@@ -89,10 +99,18 @@ def resolve_mode(mode: Optional[str], field: str = "ops") -> str:
 
 def compiled_ops_error() -> Optional[str]:
     """Why mmcv's compiled ops (``mmcv._ext``) do not load, or ``None`` when they do."""
+    ours = sys.modules.get(EXT)
+    if getattr(ours, "__mmpar_ops__", False):
+        del sys.modules[EXT]  # probe mmcv's own library, not mmpar's stand-in
+    _state["probing"] = True
     try:
-        importlib.import_module("mmcv._ext")
+        importlib.import_module(EXT)
     except Exception as err:  # ImportError, or OSError for a library built for another torch
+        if ours is not None:
+            sys.modules[EXT] = ours
         return f"{type(err).__name__}: {err}".splitlines()[0]
+    finally:
+        _state["probing"] = False
     return None
 
 
@@ -190,8 +208,9 @@ def _unmount() -> None:
     for name in ours:
         del sys.modules[name]
     mmcv = sys.modules.get("mmcv")
-    if mmcv is not None and getattr(getattr(mmcv, "ops", None), "__mmpar_ops__", False):
-        delattr(mmcv, "ops")
+    for attr in ("ops", EXT.rpartition(".")[2]):
+        if mmcv is not None and getattr(getattr(mmcv, attr, None), "__mmpar_ops__", False):
+            delattr(mmcv, attr)
     if ours:
         warnings.warn(
             "mmpar: mmcv's own ops were chosen after mmpar's had been imported as mmcv.ops; "
@@ -206,16 +225,23 @@ def _in_package(name: str) -> bool:
 
 
 class _OpsFinder(MetaPathFinder, Loader):
-    """Answers every import of ``mmcv.ops`` and ``mmcv.ops.<module>`` with mmpar's ops."""
+    """Answers every import of ``mmcv.ops`` and ``mmcv.ops.<module>`` with mmpar's ops,
+    and of ``mmcv._ext`` with mmpar's entry points (:mod:`mmpar.compat.mmcv_ext`)."""
 
     def find_spec(
         self, fullname: str, path: Optional[Sequence[str]], target: Optional[ModuleType] = None
     ) -> Optional[ModuleSpec]:
+        if fullname == EXT and not _state["probing"]:
+            return ModuleSpec(fullname, self)
         if not _in_package(fullname) or fullname.count(".") > 2:
             return None
         return ModuleSpec(fullname, self, is_package=fullname == PACKAGE)
 
     def create_module(self, spec: ModuleSpec) -> ModuleType:
+        if spec.name == EXT:
+            from mmpar.compat.mmcv_ext import ext_module
+
+            return ext_module(_missing)
         return _package() if spec.name == PACKAGE else _submodule(spec.name)
 
     def exec_module(self, module: ModuleType) -> None:

@@ -112,9 +112,9 @@ def test_ops_are_registered_in_mmcvs_registries_as_mmcv_registers_its_own() -> N
 @pytest.mark.parametrize(
     "statement, missing",
     [
-        ("from mmcv.ops import ball_query", "mmcv.ops.ball_query"),
+        ("from mmcv.ops.roi_align import RoIAlignFunction", "mmcv.ops.roi_align.RoIAlignFunction"),
         ("from mmcv.ops.nms import NMSop", "mmcv.ops.nms.NMSop"),
-        ("import mmcv.ops.iou3d", "mmcv.ops.iou3d"),
+        ("import mmcv._ext; mmcv._ext.bev_pool_forward", "mmcv._ext.bev_pool_forward"),
     ],
 )
 def test_an_op_mmpar_does_not_supply_is_one_line_that_names_it_and_what_to_do(
