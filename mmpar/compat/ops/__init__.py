@@ -29,6 +29,7 @@ from mmpar.compat.ops.cc_attention import CrissCrossAttention
 from mmpar.compat.ops.chamfer_distance import chamfer_distance
 from mmpar.compat.ops.contour_expand import contour_expand
 from mmpar.compat.ops.convex_iou import convex_giou, convex_iou
+from mmpar.compat.ops.correlation import Correlation
 from mmpar.compat.ops.corner_pool import CornerPool
 from mmpar.compat.ops.deform_conv import DeformConv2d, DeformConv2dPack, deform_conv2d
 from mmpar.compat.ops.deform_roi_pool import (
@@ -108,6 +109,7 @@ MODULES: Dict[str, ModuleType] = {
         "chamfer_distance",
         "convex_iou",
         "contour_expand",
+        "correlation",
         "corner_pool",
         "deform_conv",
         "deform_roi_pool",
@@ -220,6 +222,7 @@ __all__ = [
     "nms_quadri",
     "furthest_point_sample_with_dist",
     "PointsSampler",
+    "Correlation",
     "points_in_polygons",
     "min_area_polygons",
     "convex_iou",

@@ -1,0 +1,1 @@
+"""Machinery of mmpar's optical-flow ops: the tiled correlation of ``Correlation``."""
