@@ -27,8 +27,8 @@ __all__ = ["gather"]
 
 
 def gather(outputs: Sequence[Any], target_device: Target, dim: int = 0) -> Any:
-    """Bring per-target outputs back to one device; the inverse of :func:`scatter`
-    for what models return.
+    """Bring per-target outputs back to one device; the inverse of
+    :func:`~mmpar.scatter_gather.scatter` for what models return.
 
     Tensors are moved and concatenated along ``dim`` (0-dim tensors stacked into a
     vector); mappings gathered key by key; tuples, namedtuples and dataclasses field

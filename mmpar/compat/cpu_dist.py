@@ -45,11 +45,11 @@ __all__ = ["BUILD_DDP_MODULES", "CUDA_TRAIN_FUNCTIONS", "DEVICE_AS_DTYPE", "enab
 
 #: Modules holding a ``build_ddp`` that refuses ``device='cpu'``.
 BUILD_DDP_MODULES = ("mmdet.utils.util_distribution", "mmseg.utils.util_distribution")
-#: (module, function): training functions that call ``model.cuda()`` and
+#: Training functions, as (module, function) pairs, that call ``model.cuda()`` and
 #: ``torch.cuda.current_device()`` themselves; their first argument is the model.
 CUDA_TRAIN_FUNCTIONS = (("mmrotate.apis.train", "train_detector"),)
-#: (module, class): anchor generators whose ``grid_priors`` is called with the
-#: device where its ``dtype`` goes.
+#: Anchor generators, as (module, class) pairs, whose ``grid_priors`` is called with
+#: the device where its ``dtype`` goes.
 DEVICE_AS_DTYPE = (("mmrotate.core.anchor.anchor_generator", "RotatedAnchorGenerator"),)
 
 

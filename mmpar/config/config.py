@@ -318,7 +318,7 @@ class Config:
 
         Raises:
             TypeError: ``options`` is not a mapping or a key is not a str.
-            ValueError: a key cannot be followed (see :func:`mmpar.config_dict.set_by_path`).
+            ValueError: a key cannot be followed (see :func:`mmpar.config.config_dict.set_by_path`).
         """
         if not isinstance(options, Mapping):
             raise TypeError(

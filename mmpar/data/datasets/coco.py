@@ -30,8 +30,8 @@ class CocoDetection(DetectionDataset):
     ``[x, y, x + w, y + h]``. Crowd boxes are kept apart as ``bboxes_ignore``;
     boxes of zero or negative size, boxes entirely outside their image and boxes of
     categories outside ``classes`` are left out and counted in
-    :attr:`skipped_boxes`. In training with ``filter_empty_gt``, images left
-    without a box are left out too; their ids are in :attr:`filtered_img_ids`.
+    ``skipped_boxes``. In training with ``filter_empty_gt``, images left
+    without a box are left out too; their ids are in ``filtered_img_ids``.
 
     The annotation file is checked entirely when the dataset is built; image files
     are opened by the pipeline (``LoadImageFromFile`` names a missing one).

@@ -2,7 +2,7 @@
 
 A dataset starts each sample with ``results = dict(img_info=..., ann_info=...,
 img_prefix=..., seg_prefix=...)``; ``img_info`` holds at least ``filename``, and
-``ann_info`` the arrays of :meth:`get_ann_info` (``bboxes``, ``labels``,
+``ann_info`` the arrays of ``get_ann_info()`` (``bboxes``, ``labels``,
 ``bboxes_ignore``, and ``seg_map`` (a file name) or ``seg`` (an array)).
 """
 

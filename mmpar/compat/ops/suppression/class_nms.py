@@ -115,8 +115,8 @@ def nms_per_class(boxes: Tensor, scores: Tensor, idxs: Tensor, cfg: Dict[str, An
     """mmcv's ``split_thr`` branch for ``type='nms'``: the kept indices, highest score first.
 
     One sort groups the boxes by class, by descending score within a class; then
-    torchvision's kernel runs on each class's run of boxes: what :func:`nms` does
-    class by class, without its per-call work.
+    torchvision's kernel runs on each class's run of boxes: what
+    :func:`mmpar.compat.ops.nms.nms` does class by class, without its per-call work.
     """
     cfg = dict(cfg)
     max_num = integer("batched_nms", "nms_cfg['max_num']", cfg.pop("max_num", -1))

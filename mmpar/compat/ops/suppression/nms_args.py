@@ -122,7 +122,7 @@ def descending(scores: Tensor) -> Tensor:
     owner="nms",
 )
 def nms_args(iou_threshold: Any, offset: Any = 0, score_threshold: Any = 0) -> Tuple[float, float]:
-    """:func:`nms`'s ``iou_threshold`` and ``score_threshold``, checked (``offset`` 0 only)."""
+    """``nms``'s ``iou_threshold`` and ``score_threshold``, checked (``offset`` 0 only)."""
     check_offset("nms", offset, (0,))
     score_threshold = real_number("nms", "score_threshold", score_threshold)
     if np.isnan(score_threshold):
