@@ -131,11 +131,13 @@ def test_range_bounds() -> None:
     )
     coors = voxelization(points, [0.25, 0.25, 0.25], [0, 0, 0, 1, 1, 1], -1)
     assert coors.tolist() == [[0, 0, 0], [-1, -1, -1], [2, 2, 3], [-1, -1, -1], [-1, -1, -1]]
-    # A grid of round(1.1 / 0.2) = 6 cells (half away from zero: 5.5 -> 6) reaches 1.2.
-    points = torch.tensor([[1.15, 0.0, 0.0]])
-    got = voxelization(points, [0.2, 0.2, 0.2], [0, 0, 0, 1.1, 1.1, 1.1], -1)
-    assert got.tolist() == ref_dynamic(points, [0.2] * 3, [0, 0, 0, 1.1, 1.1, 1.1]).tolist()
-    assert got.tolist() == [[0, 0, 5]]
+    # The kernel's grid has round(2.5 / 1) = 3 cells (C's round, half away from zero), so
+    # it reaches 3.0 (mmcv-full's CPU kernel gives these rows); the layer's grid_size
+    # attribute is torch.round's 2, as in mmcv.
+    points = torch.tensor([[2.7, 0.0, 0.0], [2.7, 2.7, 2.7], [3.0, 0.0, 0.0]])
+    got = voxelization(points, [1.0] * 3, [0, 0, 0, 2.5, 2.5, 2.5], -1)
+    assert got.tolist() == [[0, 0, 2], [2, 2, 2], [-1, -1, -1]]
+    assert Voxelization([1.0] * 3, [0, 0, 0, 2.5, 2.5, 2.5], 5).grid_size.tolist() == [2, 2, 2]
 
 
 @pytest.mark.parametrize("device", DEVICES)
