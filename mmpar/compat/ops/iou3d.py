@@ -53,7 +53,7 @@ from mmpar.compat.ops.backend import check_int
 from mmpar.compat.ops.box_iou_rotated import box_iou_rotated
 from mmpar.compat.ops.boxes3d.args import BOX_LAYOUT, check_same, check_tensor, check_threshold
 from mmpar.compat.ops.boxes3d.bev import bev_extents, bev_overlap_areas
-from mmpar.compat.ops.boxes3d.bev_kernel import kernel_bev_iou
+from mmpar.compat.ops.boxes3d.bev_kernel import kernel_bev_iou, kernel_normal_iou
 from mmpar.compat.ops.boxes3d.greedy import greedy_keep
 from mmpar.compat.ops.nms import nms, nms_rotated
 
@@ -68,8 +68,7 @@ __all__ = [
 ]
 
 _XYXYR = "(x1, y1, x2, y2, ry)"
-# mmcv's kernels' floor of a BEV union, and its Python's floor of a 3D union.
-_EPS_BEV = 1e-8
+# mmcv's Python's floor of a 3D union.
 _EPS_3D = 1e-6
 
 
@@ -188,22 +187,8 @@ def nms3d_normal(boxes: Tensor, scores: Tensor, iou_threshold: float) -> Tensor:
     low, high = torch.minimum(low, high), torch.maximum(low, high)
     extents = (low[:, 0], high[:, 0], low[:, 1], high[:, 1])
     areas = ordered[:, 3] * ordered[:, 4]
-    keep = greedy_keep(ordered, extents, areas, _iou_normal, threshold)
+    keep = greedy_keep(ordered, extents, areas, kernel_normal_iou, threshold)
     return order.index_select(0, keep)
-
-
-def _iou_normal(a: Tensor, b: Tensor) -> Tensor:
-    """mmcv's ``iou_normal`` of the aligned pairs of ``(k, 7)`` boxes, heading ignored.
-
-    ``fmax``/``fmin`` as the kernel's ``fmaxf``/``fminf``: a NaN operand gives the other.
-    """
-    half_a, half_b = a[:, 3:5] / 2, b[:, 3:5] / 2
-    low = torch.fmax(a[:, :2] - half_a, b[:, :2] - half_b)
-    high = torch.fmin(a[:, :2] + half_a, b[:, :2] + half_b)
-    side = torch.fmax(high - low, high.new_zeros(()))
-    inter = side[:, 0] * side[:, 1]
-    union = a[:, 3] * a[:, 4] + b[:, 3] * b[:, 4] - inter
-    return inter / torch.fmax(union, union.new_tensor(_EPS_BEV))
 
 
 def _xyxyr2xywhr(boxes: Tensor) -> Tensor:

@@ -93,7 +93,8 @@ class RoIAwarePool3dFunction(Function):
         channels = pts_feature.shape[1]
         count = torch.bincount(voxel, minlength=slots)
         if mode == 0:
-            pooled, argmax = _max_pool(features, voxel, point, slots, pts.shape[0])
+            with_argmax = ctx.needs_input_grad[2]  # only the backward reads it
+            pooled, argmax = _max_pool(features, voxel, point, slots, with_argmax)
             ctx.save_for_backward(argmax)
         else:
             pooled = features.new_zeros(slots, channels).index_add_(0, voxel, features)
@@ -122,19 +123,23 @@ class RoIAwarePool3dFunction(Function):
 
 
 def _max_pool(
-    features: Tensor, voxel: Tensor, point: Tensor, slots: int, num_pts: int
-) -> Tuple[Tensor, Tensor]:
-    """``(slots, C)`` maxima (0 where none) and their first points (-1 where none)."""
+    features: Tensor, voxel: Tensor, point: Tensor, slots: int, with_argmax: bool
+) -> Tuple[Tensor, Optional[Tensor]]:
+    """``(slots, C)`` maxima (0 where none) and, ``with_argmax``, their first points (-1
+    where none)."""
     channels = features.shape[1]
     values = features.masked_fill(torch.isnan(features), -torch.inf)
     where = voxel[:, None].expand(-1, channels)
     best = values.new_full((slots, channels), -torch.inf)
     best.scatter_reduce_(0, where, values, "amax")
-    taken = best.index_select(0, voxel)
-    candidate = torch.where(values == taken, point[:, None], num_pts)
-    argmax = torch.full((slots, channels), num_pts, dtype=torch.long, device=features.device)
-    argmax.scatter_reduce_(0, where, candidate, "amin")
     valid = best > -torch.inf
+    if not with_argmax:
+        return best.where(valid, 0), None
+    # The first point (lowest index) of each voxel's maximum, as the kernel's strict >.
+    last = torch.iinfo(torch.long).max
+    candidate = torch.where(values == best.index_select(0, voxel), point[:, None], last)
+    argmax = torch.full_like(best, last, dtype=torch.long)
+    argmax.scatter_reduce_(0, where, candidate, "amin")
     return best.where(valid, 0), argmax.where(valid, -1)
 
 

@@ -1,6 +1,7 @@
-"""The BEV overlap of two 3D boxes as mmcv's ``iou3d`` kernel computes it (not an mmcv module).
+"""The BEV overlap and IoUs of 3D boxes as mmcv's ``iou3d`` kernel computes them.
 
-mmcv's ``box_overlap`` (``iou3d_cuda_kernel.cuh``) does not clip polygons: it collects
+Not an mmcv module. mmcv's ``box_overlap`` (``iou3d_cuda_kernel.cuh``) does not clip
+polygons: it collects
 
 1. the crossings of each edge of one rectangle with each edge of the other (edge
    ``i`` of ``a``, then edge ``j`` of ``b``), where the edges' bounding boxes meet and
@@ -11,9 +12,11 @@ mmcv's ``box_overlap`` (``iou3d_cuda_kernel.cuh``) does not clip polygons: it co
 sorts them by angle about their mean (a stable bubble sort) and sums the fan of
 triangles from the first point. Corners a little outside the other rectangle are
 thus counted, and the area is larger than the exact one by up to about ``1e-2``
-times a side: this module reproduces that, in float32, with the kernel's operations
-in its order (where CUDA fuses a multiply-add the last bit may differ), in the boxes'
-dtype (the kernel's is float32). ``cos`` and ``sin`` are rounded from float64, as C's.
+times a side. :func:`kernel_bev_overlap` reproduces that with the kernel's operations
+in its order, in the boxes' dtype (the kernel's is float32; where CUDA fuses a
+multiply-add the last bit may differ), ``cos`` and ``sin`` rounded from float64 as C's.
+:func:`kernel_bev_iou` is the kernel's ``iou_bev``, :func:`kernel_normal_iou` its
+``iou_normal`` (the rectangles with the heading set to 0).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Tuple
 import torch
 from torch import Tensor
 
-__all__ = ["MARGIN", "kernel_bev_iou", "kernel_bev_overlap"]
+__all__ = ["MARGIN", "kernel_bev_iou", "kernel_bev_overlap", "kernel_normal_iou"]
 
 #: How far outside a rectangle the kernel still takes a corner as inside.
 MARGIN = 1e-2
@@ -138,3 +141,19 @@ def kernel_bev_iou(box_a: Tensor, box_b: Tensor) -> Tensor:
     overlap = kernel_bev_overlap(box_a, box_b)
     union = box_a[:, 3] * box_a[:, 4] + box_b[:, 3] * box_b[:, 4] - overlap
     return overlap / torch.fmax(union, union.new_tensor(_EPS))
+
+
+def kernel_normal_iou(a: Tensor, b: Tensor) -> Tensor:
+    """mmcv's ``iou_normal`` of the aligned pairs of ``(K, 7)`` boxes, heading ignored.
+
+    The rectangles ``(x -+ dx/2, y -+ dy/2)``; ``overlap / fmax(dx_a dy_a + dx_b dy_b -
+    overlap, 1e-8)``. ``fmax``/``fmin`` as the kernel's ``fmaxf``/``fminf``: a NaN
+    operand gives the other.
+    """
+    half_a, half_b = a[:, 3:5] / 2, b[:, 3:5] / 2
+    low = torch.fmax(a[:, :2] - half_a, b[:, :2] - half_b)
+    high = torch.fmin(a[:, :2] + half_a, b[:, :2] + half_b)
+    side = torch.fmax(high - low, high.new_zeros(()))
+    inter = side[:, 0] * side[:, 1]
+    union = a[:, 3] * a[:, 4] + b[:, 3] * b[:, 4] - inter
+    return inter / torch.fmax(union, union.new_tensor(_EPS))

@@ -51,8 +51,8 @@ def voxel_members(
         keep: The most points a voxel keeps (its first ones in index order).
 
     Returns:
-        ``(voxel, point)``: ``(K,)`` long each, sorted by voxel then point; ``voxel``
-        indexes the ``N * out_x * out_y * out_z`` voxels, roi-major, then x, y, z.
+        ``(voxel, point)``: ``(K,)`` long each, in no set order; ``voxel`` indexes the
+        ``N * out_x * out_y * out_z`` voxels, roi-major, then x, y, z.
     """
     dtype = float_compute_dtype(rois.dtype)
     rois, pts = rois.to(dtype), pts.to(dtype)
@@ -64,6 +64,8 @@ def voxel_members(
     iy = _cell(ly + box[:, 4] / 2, box[:, 4], out_y)
     iz = _cell(at[:, 2] - box[:, 2], box[:, 5], out_z)
     voxel = ((roi * out_x + ix) * out_y + iy) * out_z + iz
+    if voxel.numel() == 0 or int(torch.bincount(voxel).max()) <= keep:
+        return voxel, point  # no voxel over the cap
     # A stable sort keeps each voxel's points in index order (the pairs come so).
     voxel, order = torch.sort(voxel, stable=True)
     point = point.index_select(0, order)
