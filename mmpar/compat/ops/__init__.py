@@ -57,6 +57,15 @@ from mmpar.compat.ops.info import (
     get_compiling_cuda_version,
     get_onnxruntime_op_path,
 )
+from mmpar.compat.ops.iou3d import (
+    boxes_iou3d,
+    boxes_iou_bev,
+    boxes_overlap_bev,
+    nms3d,
+    nms3d_normal,
+    nms_bev,
+    nms_normal_bev,
+)
 from mmpar.compat.ops.knn import knn
 from mmpar.compat.ops.masked_conv import MaskedConv2d, masked_conv2d
 from mmpar.compat.ops.merge_cells import ConcatCell, GlobalPoolingCell, SumCell
@@ -74,6 +83,11 @@ from mmpar.compat.ops.point_sample import (
     point_sample,
     rel_roi_point_to_rel_img_point,
 )
+from mmpar.compat.ops.points_in_boxes import (
+    points_in_boxes_all,
+    points_in_boxes_cpu,
+    points_in_boxes_part,
+)
 from mmpar.compat.ops.points_in_polygons import points_in_polygons
 from mmpar.compat.ops.points_sampler import PointsSampler
 from mmpar.compat.ops.prroi_pool import PrRoIPool, prroi_pool
@@ -82,6 +96,8 @@ from mmpar.compat.ops.riroi_align_rotated import RiRoIAlignRotated, riroi_align_
 from mmpar.compat.ops.roi_align import RoIAlign, roi_align
 from mmpar.compat.ops.roi_align_rotated import RoIAlignRotated, roi_align_rotated
 from mmpar.compat.ops.roi_pool import RoIPool, roi_pool
+from mmpar.compat.ops.roiaware_pool3d import RoIAwarePool3d
+from mmpar.compat.ops.roipoint_pool3d import RoIPointPool3d
 from mmpar.compat.ops.rotated_feature_align import rotated_feature_align
 from mmpar.compat.ops.scatter_points import DynamicScatter, dynamic_scatter
 from mmpar.compat.ops.sync_bn import SyncBatchNorm
@@ -121,6 +137,7 @@ MODULES: Dict[str, ModuleType] = {
         "gather_points",
         "group_points",
         "info",
+        "iou3d",
         "knn",
         "masked_conv",
         "merge_cells",
@@ -130,6 +147,7 @@ MODULES: Dict[str, ModuleType] = {
         "nms",
         "pixel_group",
         "point_sample",
+        "points_in_boxes",
         "points_in_polygons",
         "points_sampler",
         "prroi_pool",
@@ -138,6 +156,8 @@ MODULES: Dict[str, ModuleType] = {
         "roi_align",
         "roi_align_rotated",
         "roi_pool",
+        "roiaware_pool3d",
+        "roipoint_pool3d",
         "rotated_feature_align",
         "saconv",
         "scatter_points",
@@ -213,6 +233,7 @@ __all__ = [
     "roi_align_rotated",
     "box_iou_rotated",
     "box_iou_quadri",
+    "RoIPointPool3d",
     "nms_rotated",
     "knn",
     "ball_query",
@@ -234,6 +255,13 @@ __all__ = [
     "GlobalPoolingCell",
     "diff_iou_rotated_2d",
     "diff_iou_rotated_3d",
+    "boxes_iou3d",
+    "boxes_iou_bev",
+    "boxes_overlap_bev",
+    "nms_bev",
+    "nms_normal_bev",
+    "nms3d",
+    "nms3d_normal",
     "Conv2d",
     "ConvTranspose2d",
     "Linear",
@@ -244,6 +272,10 @@ __all__ = [
     "voxelization",
     "dynamic_scatter",
     "DynamicScatter",
+    "RoIAwarePool3d",
+    "points_in_boxes_part",
+    "points_in_boxes_cpu",
+    "points_in_boxes_all",
     "PrRoIPool",
     "prroi_pool",
 ]
