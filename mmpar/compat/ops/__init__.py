@@ -100,6 +100,19 @@ from mmpar.compat.ops.roiaware_pool3d import RoIAwarePool3d
 from mmpar.compat.ops.roipoint_pool3d import RoIPointPool3d
 from mmpar.compat.ops.rotated_feature_align import rotated_feature_align
 from mmpar.compat.ops.scatter_points import DynamicScatter, dynamic_scatter
+from mmpar.compat.ops.sparse_conv import (
+    SparseConv2d,
+    SparseConv3d,
+    SparseConvTranspose2d,
+    SparseConvTranspose3d,
+    SparseInverseConv2d,
+    SparseInverseConv3d,
+    SubMConv2d,
+    SubMConv3d,
+)
+from mmpar.compat.ops.sparse_modules import SparseModule, SparseSequential
+from mmpar.compat.ops.sparse_pool import SparseMaxPool2d, SparseMaxPool3d
+from mmpar.compat.ops.sparse_structure import SparseConvTensor, scatter_nd
 from mmpar.compat.ops.sync_bn import SyncBatchNorm
 from mmpar.compat.ops.three_interpolate import three_interpolate
 from mmpar.compat.ops.three_nn import three_nn
@@ -161,6 +174,12 @@ MODULES: Dict[str, ModuleType] = {
         "rotated_feature_align",
         "saconv",
         "scatter_points",
+        "sparse_conv",
+        "sparse_functional",
+        "sparse_modules",
+        "sparse_ops",
+        "sparse_pool",
+        "sparse_structure",
         "sync_bn",
         "three_interpolate",
         "three_nn",
@@ -273,6 +292,20 @@ __all__ = [
     "dynamic_scatter",
     "DynamicScatter",
     "RoIAwarePool3d",
+    "SparseConv2d",
+    "SparseConv3d",
+    "SparseConvTranspose2d",
+    "SparseConvTranspose3d",
+    "SparseInverseConv2d",
+    "SparseInverseConv3d",
+    "SubMConv2d",
+    "SubMConv3d",
+    "SparseModule",
+    "SparseSequential",
+    "SparseMaxPool2d",
+    "SparseMaxPool3d",
+    "SparseConvTensor",
+    "scatter_nd",
     "points_in_boxes_part",
     "points_in_boxes_cpu",
     "points_in_boxes_all",
