@@ -39,7 +39,8 @@ from torch import Tensor
 from mmpar.compat.ops.backend import ArgumentError
 from mmpar.compat.ops.sparse import arithmetic
 from mmpar.compat.ops.sparse.coords import as_int_list, check_indices
-from mmpar.compat.ops.sparse.rulebook import attach, build, geometry, resolve, to_layout
+from mmpar.compat.ops.sparse.layout import attach, resolve, to_layout
+from mmpar.compat.ops.sparse.rulebook import build, geometry
 
 #: The attribute marking output sites made here with the grid and batch they lie in.
 _CHECKED = "mmpar_sites_in"

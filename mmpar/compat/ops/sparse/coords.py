@@ -1,4 +1,4 @@
-"""Sites of a sparse tensor as int64 keys, the kernel's offsets, and index checks.
+"""Sites of a sparse tensor as integer keys, and the check of indices.
 
 A site ``(b, x_0, ..., x_{D-1})`` of a grid of shape ``(s_0, ..., s_{D-1})`` has the
 key ``((b * s_0 + x_0) * s_1 + x_1) ... * s_{D-1} + x_{D-1}``: keys sort as the
@@ -14,14 +14,7 @@ from typing import Any, List, Sequence
 import torch
 from torch import Tensor
 
-__all__ = [
-    "as_int_list",
-    "check_indices",
-    "inside",
-    "kernel_offsets",
-    "keys_to_sites",
-    "site_keys",
-]
+__all__ = ["as_int_list", "check_indices", "keys_to_sites", "site_keys"]
 
 
 def as_int_list(op: str, name: str, value: Any, ndim: int) -> List[int]:
@@ -40,17 +33,6 @@ def as_int_list(op: str, name: str, value: Any, ndim: int) -> List[int]:
         return [operator.index(v) for v in items]
     except TypeError:
         raise TypeError(f"{op}: {name} must be an int or a sequence of ints, found {value!r}")
-
-
-def kernel_offsets(kernel_size: Sequence[int], device: torch.device) -> Tensor:
-    """``(K, D)`` int64: every offset of the kernel, in mmcv's row-major order.
-
-    Offset ``k`` of ``indice_pairs`` is ``k = (k_0 * n_1 + k_1) * n_2 + k_2`` for a
-    ``(n_0, n_1, n_2)`` kernel: the last dimension varies fastest.
-    """
-    axes = [torch.arange(n, device=device) for n in kernel_size]
-    grids = torch.meshgrid(*axes, indexing="ij")
-    return torch.stack([g.reshape(-1) for g in grids], 1)
 
 
 def check_indices(op: str, indices: Any, spatial_shape: Sequence[int], batch_size: int) -> Tensor:
@@ -106,9 +88,3 @@ def keys_to_sites(keys: Tensor, shape: Sequence[int]) -> Tensor:
         rest = torch.div(rest, size, rounding_mode="floor")
     cols.append(rest)
     return torch.stack(cols[::-1], 1).to(torch.int32)
-
-
-def inside(coords: Tensor, shape: Sequence[int]) -> Tensor:
-    """``(...,)`` bool: whether each ``(..., D)`` coordinate lies in ``[0, shape)``."""
-    limit = torch.tensor(list(shape), dtype=coords.dtype, device=coords.device)
-    return ((coords >= 0) & (coords < limit)).all(-1)

@@ -13,11 +13,17 @@ Definition (mmcv 1.7.2's ``getValidOutPos`` / ``getValidOutPosTranspose`` and th
   and the output sites are the input sites.
 
 Offsets are numbered in row-major order of the kernel (the last dimension fastest).
-The sites are found without a dense grid: candidate output sites become int64 keys;
-a convolution's output sites are their ``unique`` (sorted, as mmcv's CUDA kernel
-numbers them; its CPU kernel numbers them in order of discovery), a submanifold
-convolution finds its outputs among the inputs by ``searchsorted`` in their sorted
-keys. Within an offset the pairs are in input order, as mmcv's CPU kernel.
+The sites are found without a dense grid: candidate output sites become integer
+keys (int32 when ``(batch_size + 2) * volume`` fits, else int64), built axis by axis
+(the kernel is a product of its axes). A convolution's output sites are their
+``unique`` (sorted, as mmcv's CUDA kernel numbers them; its CPU kernel numbers them
+in order of discovery). A submanifold convolution finds its outputs among the
+inputs' sorted keys: one ``searchsorted`` per run of offsets along the last axis
+(a run's keys are consecutive integers, so the ones present sit at consecutive
+positions), and, for an odd undilated kernel, only for the offsets before the
+centre: offset ``K - 1 - k`` pairs as offset ``k`` reversed. Pairs come grouped by
+offset; within an offset, in input order (SubM: in the sorted order of the sites;
+mmcv's CUDA kernel gives no order either).
 
 Duplicate input sites (mmcv does not define them): a convolution sums every input
 row into the output site; a submanifold convolution pairs every input row with the
@@ -28,27 +34,14 @@ with itself for the centre offset, as mmcv's full matmul for the centre.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Sequence, Tuple
 
 import torch
 from torch import Tensor
 
 from mmpar.compat.ops.sparse.coords import keys_to_sites, site_keys
 
-__all__ = [
-    "ConvGeometry",
-    "Rulebook",
-    "attach",
-    "attached",
-    "build",
-    "from_layout",
-    "geometry",
-    "resolve",
-    "to_layout",
-]
-
-#: The attribute of an ``indice_pairs`` tensor that carries its compact rulebook.
-_ATTRIBUTE = "mmpar_rulebook"
+__all__ = ["ConvGeometry", "Rulebook", "build", "geometry"]
 
 
 @dataclass
@@ -266,83 +259,6 @@ def build(sites: Tensor, geo: ConvGeometry, batch_size: int) -> Tuple[Tensor, Ru
     return _build_conv(sites, geo)
 
 
-def to_layout(book: Rulebook) -> Tuple[Tensor, Tensor]:
-    """mmcv's ``(indice_pairs, indice_pair_num)`` of a rulebook.
-
-    Returns:
-        ``indice_pairs`` ``(K, 2, num_in)`` int32, offset ``k``'s input rows in
-        ``[k, 0, :counts[k]]`` and output rows in ``[k, 1, :counts[k]]``, -1 after;
-        ``indice_pair_num`` ``(K,)`` int32, the counts.
-    """
-    k, n = len(book.counts), book.num_in
-    device = book.in_rows.device
-    counts = torch.tensor(book.counts, dtype=torch.int32, device=device)
-    pairs = torch.full((k, 2, n), -1, dtype=torch.int32, device=device)
-    if book.in_rows.numel():
-        # Row-major order of the mask is the rulebook's order: grouped by offset.
-        mask = torch.arange(n, device=device) < counts[:, None]
-        pairs[:, 0].masked_scatter_(mask, book.in_rows.to(torch.int32))
-        pairs[:, 1].masked_scatter_(mask, book.out_rows.to(torch.int32))
-    return pairs, counts
-
-
-def attach(indice_pairs: Tensor, indice_pair_num: Tensor, book: Rulebook) -> None:
-    """Let ``indice_pairs`` carry ``book`` to the arithmetic (see :func:`attached`)."""
-    setattr(indice_pairs, _ATTRIBUTE, (indice_pair_num, book))
-
-
-def attached(indice_pairs: Tensor, indice_pair_num: Tensor) -> Optional[Rulebook]:
-    """The rulebook :func:`attach` gave this very ``indice_pairs`` with this very
-    ``indice_pair_num``, or None (a tensor moved or copied loses it)."""
-    carried = getattr(indice_pairs, _ATTRIBUTE, None)
-    if carried is None or carried[0] is not indice_pair_num:
-        return None
-    return carried[1]
-
-
-def from_layout(
-    op: str,
-    indice_pairs: Tensor,
-    indice_pair_num: Tensor,
-    num_in: int,
-    num_out: int,
-    subm: bool,
-) -> Rulebook:
-    """The rulebook of mmcv's layout, checked; SubM's identity offset is the fullest
-    one (mmcv's kernels do the offset with the most pairs as one matmul).
-
-    Raises:
-        TypeError: not integer tensors.
-        ValueError: shapes that do not fit, a count above the pairs' length, or a row
-            outside ``[0, num_in)`` / ``[0, num_out)``, naming the argument.
-    """
-    for name, t in (("indice_pairs", indice_pairs), ("indice_pair_num", indice_pair_num)):
-        if not isinstance(t, Tensor) or t.is_floating_point() or t.dtype == torch.bool:
-            found = t.dtype if isinstance(t, Tensor) else type(t).__name__
-            raise TypeError(f"{op}: {name} must be an integer tensor, found {found}")
-    k = indice_pair_num.numel()
-    if indice_pairs.dim() != 3 or indice_pairs.shape[:2] != (k, 2):
-        raise ValueError(
-            f"{op}: indice_pairs must have shape ({k}, 2, L) for {k} counts in "
-            f"indice_pair_num, found {tuple(indice_pairs.shape)}"
-        )
-    counts = indice_pair_num.reshape(-1).tolist()
-    length = indice_pairs.shape[2]
-    if k and (min(counts) < 0 or max(counts) > length):
-        raise ValueError(f"{op}: indice_pair_num must be in [0, {length}], found {counts}")
-    device = indice_pairs.device
-    counts_t = torch.tensor(counts, dtype=torch.long, device=device)
-    mask = torch.arange(length, device=device)[None] < counts_t[:, None]
-    in_rows, out_rows = indice_pairs[:, 0][mask].long(), indice_pairs[:, 1][mask].long()
-    for name, rows, limit in (("input", in_rows, num_in), ("output", out_rows, num_out)):
-        if rows.numel() and (rows.min().item() < 0 or rows.max().item() >= limit):
-            raise ValueError(f"{op}: indice_pairs has {name} rows outside [0, {limit})")
-    identity = -1
-    if subm and k and max(counts) > 0:
-        identity = max(range(k), key=lambda i: (counts[i], -i))
-    return Rulebook(in_rows, out_rows, counts, num_in, num_out, identity)
-
-
 def geometry(
     kernel_size: Sequence[int],
     stride: Sequence[int],
@@ -362,36 +278,3 @@ def geometry(
         bool(subm),
         bool(transpose),
     )
-
-
-def resolve(
-    op: str,
-    indice_pairs: Tensor,
-    indice_pair_num: Tensor,
-    num_features: int,
-    num_out: int,
-    subm: bool,
-    inverse: bool,
-) -> Rulebook:
-    """The rulebook mmcv's arithmetic reads from ``(indice_pairs, indice_pair_num)``,
-    oriented from ``num_features`` input rows to ``num_out`` output rows (an inverse
-    convolution reads its forward convolution's pairs backwards).
-
-    Raises:
-        ValueError: the row counts do not fit the pairs (see :func:`from_layout`).
-    """
-    book = attached(indice_pairs, indice_pair_num)
-    num_in, num_res = (num_out, num_features) if inverse else (num_features, num_out)
-    if book is None:
-        book = from_layout(op, indice_pairs, indice_pair_num, num_in, num_res, subm)
-    elif (book.num_in, book.num_out) != (num_in, num_res):
-        side = "num_activate_out" if inverse else "features"
-        raise ValueError(
-            f"{op}: the pairs join {book.num_in} input rows to {book.num_out} output rows "
-            f"of the forward convolution, found {num_in} and {num_res} (check {side})"
-        )
-    if inverse:
-        return book.swapped()
-    if not subm and book.identity >= 0:
-        return Rulebook(book.in_rows, book.out_rows, book.counts, book.num_in, book.num_out)
-    return book
