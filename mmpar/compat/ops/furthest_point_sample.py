@@ -102,8 +102,6 @@ def _sample(
     for step in range(1, m):
         torch.fmin(kept, distance_from(last), out=kept)
         last = kept.argmax(1)
-        best = kept.gather(1, last[:, None])[:, 0]
-        last = torch.where(best > _BEST_START, last, torch.zeros_like(last))
         picked[:, step] = last
     return picked
 
@@ -180,6 +178,9 @@ def furthest_point_sample_with_dist(points_dist: Tensor, num_points: int) -> Ten
     dists = dists.detach()
 
     def distance_from(last: Tensor) -> Tensor:
-        return dists[batch, order[last]].index_select(1, order).to(torch.float32)
+        # Row order[last] in the tie order; at least -1, so that when every kept distance is
+        # <= -1 (none beats the kernel's start value) the first in the tie order, 0, wins.
+        row = dists[batch, order[last]].index_select(1, order).to(torch.float32)
+        return row.clamp_(min=_BEST_START)
 
     return order[_sample(distance_from, b, n, m, device)].to(torch.int32)

@@ -112,12 +112,14 @@ class _Tiles:
 
     def split(self, x: Tensor) -> Tensor:
         """``(B, rows, oW, X)`` -> ``(B, rows, n, tile, X)``, zero-padded."""
-        x = F.pad(x, (0, 0, 0, self.count * self.tile - self.ow))
+        if self.count * self.tile > self.ow:
+            x = F.pad(x, (0, 0, 0, self.count * self.tile - self.ow))
         return x.unflatten(2, (self.count, self.tile))
 
     def b_tiles(self, cols: Tensor) -> Tensor:
         """``(B, rows, C, width')`` columns from ``left`` -> ``(B, rows, n, C, span)``."""
-        cols = F.pad(cols, (0, max(0, self.width - cols.shape[-1])))
+        if cols.shape[-1] < self.width:
+            cols = F.pad(cols, (0, self.width - cols.shape[-1]))
         return cols.unfold(3, self.span, self.stride)[:, :, :, : self.count].transpose(2, 3)
 
     def band_of(self, full: Tensor) -> Tensor:
