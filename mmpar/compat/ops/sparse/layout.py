@@ -31,15 +31,14 @@ def to_layout(book: Rulebook) -> Tuple[Tensor, Tensor]:
         ``[k, 0, :counts[k]]`` and output rows in ``[k, 1, :counts[k]]``, -1 after;
         ``indice_pair_num`` ``(K,)`` int32, the counts.
     """
-    k, n = len(book.counts), book.num_in
     device = book.in_rows.device
     counts = torch.tensor(book.counts, dtype=torch.int32, device=device)
-    pairs = torch.full((k, 2, n), -1, dtype=torch.int32, device=device)
-    if book.in_rows.numel():
-        # Row-major order of the mask is the rulebook's order: grouped by offset.
-        mask = torch.arange(n, device=device) < counts[:, None]
-        pairs[:, 0].masked_scatter_(mask, book.in_rows.to(torch.int32))
-        pairs[:, 1].masked_scatter_(mask, book.out_rows.to(torch.int32))
+    pairs = torch.full((len(book.counts), 2, book.num_in), -1, dtype=torch.int32, device=device)
+    for k, n in enumerate(book.counts):
+        if n:  # a loop over the kernel's offsets: two copies each
+            rows_in, rows_out = book.pairs(k)
+            pairs[k, 0, :n] = rows_in
+            pairs[k, 1, :n] = rows_out
     return pairs, counts
 
 
