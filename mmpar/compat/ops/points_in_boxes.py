@@ -25,8 +25,8 @@ kernel rounds ``|pz - cz|`` to float32 with ``fabsf``). ``cos(-rz)`` and ``sin(-
 are rounded from float64, as the C library of mmcv's CPU kernel rounds them:
 ``points_in_boxes_cpu`` gave mmcv-full's CPU kernel's answer on each of 4 million
 (point, box) pairs, half the points on faces, edges, tops and bottoms of turned boxes
-(torch's float32 ``cos`` is an ulp off for ~5% of angles, which moved 1 in 10,000 of
-those answers); CUDA's ``cosf`` may be an ulp off too. Bad input is a
+(torch's float32 ``cos`` is an ulp off for ~5% of angles, which moved 213 of those
+answers); CUDA's ``cosf`` may be an ulp off too. Bad input is a
 ``TypeError``/``ValueError`` (mmcv asserts the shapes and fails in its kernel on other
 dtypes). The test runs on at most ``boxes3d.pairs.CHUNK_PAIRS`` (box, point) pairs at
 once.
