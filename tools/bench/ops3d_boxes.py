@@ -9,9 +9,10 @@ one thread, median of the per-round ratios):
   ``points_in_boxes_cpu_forward``, called as mmcv's wrapper calls it. The kernel is
   loaded from ``$MMPAR_MMCV_FULL_EXT``, the path of a build of mmcv-full's ``_ext``
   module (the ``.so`` file or its folder); the row is skipped when it is unset.
-* ``boxes_iou_bev`` (500 x 500 rotated ``(x1, y1, x2, y2, ry)`` boxes) and ``nms_bev``
-  (4,000 boxes in 400 clusters, threshold 0.5) against torchvision's ``box_iou`` and
-  ``nms`` on the same boxes without their angle: what the rotation costs.
+* ``boxes_iou_bev`` (500 x 500 rotated ``(x1, y1, x2, y2, ry)`` boxes), ``nms_bev`` and
+  ``nms3d`` (4,000 boxes in 400 clusters, threshold 0.5; ``nms3d`` with mmcv's
+  ``iou3d`` kernel's overlap) against torchvision's ``box_iou`` and ``nms`` on the same
+  boxes without their angle: what the rotation costs.
 * ``RoIAwarePool3d`` (out_size 14, max_pts_per_voxel 128, 16 channels), ``max`` and
   ``avg``: 128 rois over 16,384 points (half of them in the rois) against a plain-torch
   scatter formulation of the same work: the dense in-box test, each inside point's
@@ -148,7 +149,13 @@ def rows(quick: bool) -> List[Row]:
     """The rows, timed on one thread."""
     import torchvision.ops as tv
 
-    from mmpar.compat.ops import RoIAwarePool3d, boxes_iou_bev, nms_bev, points_in_boxes_cpu
+    from mmpar.compat.ops import (
+        RoIAwarePool3d,
+        boxes_iou_bev,
+        nms3d,
+        nms_bev,
+        points_in_boxes_cpu,
+    )
 
     compare = _ops().compare
     rounds = 2 if quick else 5
@@ -193,6 +200,19 @@ def rows(quick: bool) -> List[Row]:
             lambda: tv.nms(boxes[:, :4], scores, 0.5),
             "",
         )
+    # The same boxes as 3D boxes (x, y, z, dx, dy, dz, heading): mmcv's kernel's overlap.
+    centre, size = (boxes[:, :2] + boxes[:, 2:4]) / 2, boxes[:, 2:4] - boxes[:, :2]
+    boxes3d = torch.cat(
+        (centre, torch.zeros(count, 1), size, torch.ones(count, 1), boxes[:, 4:]), 1
+    )
+    add(
+        "nms3d",
+        f"{count} rotated car boxes in {count // 10} clusters, iou 0.5",
+        "torchvision nms (axis-aligned)",
+        lambda: nms3d(boxes3d, scores, 0.5),
+        lambda: tv.nms(boxes[:, :4], scores, 0.5),
+        "",
+    )
     n_rois, n_points, channels = (32, 4096, 16) if quick else (128, 16384, 16)
     rois, pts, feats = pool_scene(n_rois, n_points, channels)
     with torch.no_grad():
