@@ -86,7 +86,8 @@ def boxes_overlap_bev(boxes_a: Tensor, boxes_b: Tensor) -> Tensor:
         boxes_b: ``(N, 7)`` float, same dtype and device.
 
     Returns:
-        ``(M, N)`` exact intersection areas of the rotated rectangles, in the boxes' dtype.
+        ``(M, N)`` overlap areas of the rotated rectangles as mmcv's kernel measures them
+        (the intersection, and corners within ``1e-2`` outside it), in the boxes' dtype.
 
     Raises:
         TypeError: not floating-point tensors, or different dtypes.
