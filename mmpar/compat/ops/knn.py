@@ -17,6 +17,13 @@ heap leaves them, which depends on the order the points arrived in and on the he
 come first and are the ones kept at the ``k``-th place; mmcv's own test (distinct
 distances) is unaffected.
 
+Points of more than 3 values (mmdet3d's DGCNN passes ``(B, N, C)`` features to ``knn``
+for its F-KNN graph layers): mmcv's kernel reads point ``i`` of cloud ``b`` at offset
+``(b * N + i) * 3`` of the contiguous buffer, so it searches the buffer's first ``B * N * 3``
+values read as ``(B, N, 3)`` points, not the C-dimensional features; here too, so that
+models trained with mmcv-full see the same neighbours. Fewer than 3 values is a
+``ValueError`` (mmcv reads past the buffer).
+
 Differences from mmcv-full: float16, bfloat16 and float64 inputs work (mmcv's launcher
 writes its float32 distance buffer as the inputs' dtype and fails for them); inputs need
 not be contiguous; ``k`` outside ``1..99`` is a ``ValueError`` that is also an
@@ -45,9 +52,20 @@ _FAR = 1e10
 
 
 def _as_rows(name: str, value: object, transposed: bool) -> Tensor:
-    """``value`` checked, as ``(B, N, 3)``."""
-    points = check_points(_OP, name, value, "(B, 3, N)" if transposed else "(B, N, 3)")
-    return points.transpose(1, 2) if transposed else points
+    """``value`` checked, as the ``(B, N, 3)`` points mmcv's kernel reads from it."""
+    points = check_points(_OP, name, value, "(B, C, N)" if transposed else "(B, N, C)")
+    rows = points.transpose(1, 2) if transposed else points
+    b, n, dims = rows.shape
+    if dims == 3:
+        return rows
+    if dims < 3:
+        raise ValueError(
+            f"{_OP}: {name} must have 3 coordinates per point (or more, read as mmcv reads "
+            f"them), found {dims}"
+        )
+    # The kernel reads point i of cloud b at offset (b * N + i) * 3 of the contiguous
+    # (B, N, C) buffer: with C > 3, its first B * N * 3 values as (B, N, 3).
+    return rows.contiguous().view(-1)[: b * n * 3].view(b, n, 3)
 
 
 def _check_k(k: int) -> int:
@@ -65,7 +83,8 @@ def knn(
 
     Args:
         k: The neighbours per centre, 1 to 99.
-        xyz: ``(B, N, 3)`` float, the clouds (``(B, 3, N)`` if ``transposed``).
+        xyz: ``(B, N, 3)`` float, the clouds (``(B, 3, N)`` if ``transposed``); more than 3
+            values per point are read as mmcv reads them (see the module docstring).
         center_xyz: ``(B, npoint, 3)`` float, the centres (``(B, 3, npoint)`` if
             ``transposed``), same dtype and device; None: ``xyz``.
         transposed: Whether the inputs are ``(B, 3, N)``.

@@ -97,6 +97,21 @@ def test_half(dtype: torch.dtype) -> None:
     torch.testing.assert_close(gathered, d2.topk(4, 2, largest=False)[0], atol=2e-3, rtol=1e-2)
 
 
+def test_more_than_3_values_read_as_mmcvs_kernel_reads_them() -> None:
+    # mmdet3d's DGCNN (F-KNN) passes (B, N, C) features: mmcv's kernel reads point i of
+    # cloud b at offset (b * N + i) * 3 of the buffer.
+    gen = torch.Generator().manual_seed(5)
+    features = torch.rand(2, 12, 7, generator=gen)
+    flat = features.reshape(-1).tolist()
+    expected_idx = []
+    for b in range(2):
+        cloud = [flat[(b * 12 + i) * 3 : (b * 12 + i) * 3 + 3] for i in range(12)]
+        rows = [ref_knn_heap(4, cloud, centre, torch.float32) for centre in cloud]
+        expected_idx.append([list(col) for col in zip(*rows)])
+    assert knn(4, features).tolist() == expected_idx
+    assert knn(4, features.transpose(1, 2), None, True).tolist() == expected_idx
+
+
 def test_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     xyz, centers = clouds(2, 40, 25)
     full = knn(6, xyz, centers)
@@ -128,8 +143,10 @@ def test_bad_input() -> None:
         knn(2.0, xyz, centers)
     with pytest.raises(TypeError, match="knn: xyz must be a floating-point tensor, found"):
         knn(2, xyz.int(), centers)
-    with pytest.raises(ValueError, match=r"knn: xyz must have shape \(B, 3, N\), found"):
-        knn(2, xyz, centers, True)
+    with pytest.raises(ValueError, match="knn: xyz must have 3 coordinates per point .* found 2"):
+        knn(2, xyz.transpose(1, 2)[:, :2], None, True)
+    with pytest.raises(ValueError, match=r"knn: center_xyz must have shape \(B, C, N\), found"):
+        knn(2, xyz, centers[0], True)
     with pytest.raises(TypeError, match="center_xyz must have the dtype of xyz"):
         knn(2, xyz, centers.half())
     with pytest.raises(ValueError, match="same batch size, found 2 and 1"):
