@@ -78,12 +78,16 @@ def ms_deform_attn_backward(
     """Multi-scale deformable attention's backward: adds the gradients into ``grad_*``.
 
     Args:
-        value, value_spatial_shapes, value_level_start_index, sampling_locations,
-            attention_weights, im2col_step: As :func:`ms_deform_attn_forward`.
+        value: As :func:`ms_deform_attn_forward`'s.
+        value_spatial_shapes: As :func:`ms_deform_attn_forward`'s.
+        value_level_start_index: As :func:`ms_deform_attn_forward`'s.
+        sampling_locations: As :func:`ms_deform_attn_forward`'s.
+        attention_weights: As :func:`ms_deform_attn_forward`'s.
         grad_output: ``(bs, num_queries, num_heads * dims_per_head)``.
         grad_value: Like ``value``; receives the gradient to ``value``.
         grad_sampling_loc: Like ``sampling_locations``; receives theirs.
         grad_attn_weight: Like ``attention_weights``; receives theirs.
+        im2col_step: As :func:`ms_deform_attn_forward`'s.
     """
     del value_level_start_index, im2col_step
     inputs = [t.detach().requires_grad_() for t in (value, sampling_locations, attention_weights)]
