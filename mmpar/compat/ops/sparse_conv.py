@@ -24,9 +24,12 @@ Differences from mmcv-full: bad arguments raise one-line errors: ``groups != 1``
 a stride and a dilation both above 1 in a dimension are ``ArgumentError`` (mmcv
 asserts), an inverse convolution without its forward convolution's rulebook or with
 another kernel volume is a ``ValueError`` (mmcv asserts), and features of another
-width or dtype than the weight are errors before any arithmetic. Indices outside the
-grid or batch are a ``ValueError`` (see ``sparse_structure``). The rest, and the
-NaN/inf rule, as ``sparse_ops``.
+width or dtype than the weight are errors before any arithmetic. Under autocast the
+features and the weight are cast to its dtype, as torch's convolutions are (mmcv's
+kernels take one dtype: mmcv's fp16 training with autocast, which casts the voxel
+features to half, fails there). Indices outside the grid or batch are a
+``ValueError`` (see ``sparse_structure``). The rest, and the NaN/inf rule, as
+``sparse_ops``.
 """
 
 from __future__ import annotations
@@ -71,6 +74,15 @@ def _fan_in_hwio(weight: Tensor) -> int:
     if weight.dim() == 2:
         return weight.shape[0]
     return weight.shape[-2] * weight[..., 0, 0].numel()
+
+
+def _autocast(features: Tensor, weight: Tensor) -> Tuple[Tensor, Tensor]:
+    """Under autocast, both in its dtype (as torch's convolutions); else as they are."""
+    device = features.device.type
+    if not torch.is_autocast_enabled(device):
+        return features, weight
+    dtype = torch.get_autocast_dtype(device)
+    return features.to(dtype), weight.to(dtype)
 
 
 class SparseConvolution(SparseModule):
@@ -222,10 +234,9 @@ class SparseConvolution(SparseModule):
     def forward(self, input: SparseConvTensor) -> SparseConvTensor:
         op = f"mmcv.ops.{type(self).__name__}"
         self._check_input(op, input)
-        features = input.features
+        features, weight = _autocast(input.features, self.weight)
         if self.conv1x1:
-            weight = self.weight.view(self.in_channels, self.out_channels)
-            out_features = torch.mm(features, weight)
+            out_features = torch.mm(features, weight.view(self.in_channels, self.out_channels))
             if self.bias is not None:
                 out_features = out_features + self.bias
             out = SparseConvTensor(
@@ -240,7 +251,7 @@ class SparseConvolution(SparseModule):
         if self.fused_bn:
             out_features = ops.fused_indice_conv(
                 features,
-                self.weight,
+                weight,
                 self.bias,
                 indice_pairs,
                 indice_pair_num,
@@ -255,7 +266,7 @@ class SparseConvolution(SparseModule):
                 fn = Fsp.indice_inverse_conv
             else:
                 fn = Fsp.indice_conv
-            out_features = fn(features, self.weight, indice_pairs, indice_pair_num, num_out)
+            out_features = fn(features, weight, indice_pairs, indice_pair_num, num_out)
             if self.bias is not None:
                 out_features += self.bias
         out = SparseConvTensor(out_features, outids, out_shape, input.batch_size)

@@ -21,6 +21,9 @@ Differences from mmcv-full:
 * float64 and bfloat16 work (mmcv: ``NotImplementedError`` but for float32 and half);
 * a dilated SubM convolution (no offset is the identity there) is computed from its
   pairs; mmcv's kernels treat the fullest offset as the identity, which is wrong there;
+* duplicate sites (undefined in mmcv): a strided or transposed convolution sums
+  their rows; a SubM convolution follows mmcv's grid (the last row of a site
+  receives its neighbours, every row its own centre term);
 * ``fused_indice_conv`` runs (mmcv's fails on float32 at ``filters.dtypes``) and adds
   ``bias`` for SubM too (mmcv's SubM kernel overwrites it).
 

@@ -389,3 +389,18 @@ def test_same_forward_as_spconv():
             x, y = ours(x), theirs(y)
             assert x.spatial_shape == list(y.spatial_shape)
             close(x.dense(), y.dense())
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_features_and_autocast(dtype):
+    feats, sites, shape, batch = make_input(3)
+    layer = randomize(SubMConv3d(3, 4, 3))
+    want = layer(SparseConvTensor(feats, sites, shape, batch)).features
+    half = layer.to(dtype)(SparseConvTensor(feats.to(dtype), sites, shape, batch)).features
+    assert half.dtype == dtype
+    close(half.float(), want, tol=0.1)
+    layer.float()
+    with torch.autocast("cpu", dtype=dtype):
+        auto = layer(SparseConvTensor(feats.to(dtype), sites, shape, batch)).features
+    assert auto.dtype == dtype
+    close(auto.float(), want, tol=0.1)

@@ -201,3 +201,14 @@ def test_empty_sites():
     assert outids.shape == (0, 4) and pairs.shape == (27, 2, 0) and counts.sum() == 0
     out = indice_conv(torch.zeros(0, 2), torch.zeros(3, 3, 3, 2, 5), pairs, counts, 0)
     assert out.shape == (0, 5)
+
+
+def test_dilated_subm_from_a_bare_layout_is_computed_from_its_pairs():
+    # no offset of a dilated SubM kernel is the identity: mmcv's fullest-offset matmul
+    # would be wrong, mmpar reads every offset's pairs
+    sites = ref.random_sites(60, [6, 7, 8], 1, seed=8)
+    outids, pairs, counts = get_indice_pairs(sites, 1, [6, 7, 8], 3, 1, 0, 2, 0, True)
+    x, w = torch.randn(sites.shape[0], 2), torch.randn(3, 3, 3, 2, 3)
+    want = ref.subm_reference(x, sites, [6, 7, 8], 1, w, [2, 2, 2])
+    for p, c in ((pairs, counts), (pairs.clone(), counts.clone())):
+        torch.testing.assert_close(indice_conv(x, w, p, c, sites.shape[0], subm=True), want)

@@ -64,8 +64,9 @@ def from_layout(
     num_out: int,
     subm: bool,
 ) -> Rulebook:
-    """The rulebook of mmcv's layout, checked; SubM's identity offset is the fullest
-    one (mmcv's kernels do the offset with the most pairs as one matmul).
+    """The rulebook of mmcv's layout, checked. For SubM, the fullest offset is done as
+    one matmul of all rows (as mmcv's kernels do) when its pairs are ``(r, r)`` for
+    every row; otherwise (a dilated kernel has no such offset) every offset's pairs are.
 
     Raises:
         TypeError: not integer tensors.
@@ -93,10 +94,13 @@ def from_layout(
     for name, rows, limit in (("input", in_rows, num_in), ("output", out_rows, num_out)):
         if rows.numel() and (rows.min().item() < 0 or rows.max().item() >= limit):
             raise ValueError(f"{op}: indice_pairs has {name} rows outside [0, {limit})")
-    identity = -1
-    if subm and k and max(counts) > 0:
-        identity = max(range(k), key=lambda i: (counts[i], -i))
-    return Rulebook(in_rows, out_rows, counts, num_in, num_out, identity)
+    book = Rulebook(in_rows, out_rows, counts, num_in, num_out)
+    if subm and k and max(counts) == num_in == num_out:
+        fullest = max(range(k), key=lambda i: (counts[i], -i))
+        rows_in, rows_out = book.pairs(fullest)
+        if bool((rows_in == rows_out).all()):
+            book.identity = fullest
+    return book
 
 
 def resolve(
