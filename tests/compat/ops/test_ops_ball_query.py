@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -63,6 +64,13 @@ def test_matches_kernel_loop(device: str, dtype: torch.dtype, radii: tuple) -> N
             ref_ball_query(*radii, k, x.tolist(), c.tolist(), dtype) for x, c in zip(xyz, centers)
         ]
         assert idx.tolist() == expected
+
+
+def test_radii_of_any_real_type() -> None:
+    xyz, centers = clouds(2, 30, 6)
+    expected = ball_query(0.1, 0.3, 4, xyz, centers)
+    assert torch.equal(ball_query(np.float32(0.1), np.float64(0.3), 4, xyz, centers), expected)
+    assert torch.equal(ball_query(0, 1, 4, xyz, centers), ball_query(0.0, 1.0, 4, xyz, centers))
 
 
 def test_points_on_the_radii() -> None:
