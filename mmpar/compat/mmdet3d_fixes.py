@@ -14,6 +14,18 @@ sparse layers from ``mmcv.ops`` as it does without spconv; where mmcv's own comp
 ops serve, or ``$MMPAR_MMDET3D_SPCONV=1``, mmdet3d chooses as it does on its own. It
 imports nothing: it acts when mmdet3d's module is imported.
 
+It also mends what stops mmdet3d on Python >= 3.8: ``MultiBackbone.forward`` (H3DNet's
+backbone) renames the keys of a dict while it iterates over them, which Python 3.8 made
+a ``RuntimeError`` ("dictionary keys changed during iteration"); the mended method
+builds the renamed dict anew, with the same keys in the same order.
+
+And what stops H3DNet's training on today's torch: ``H3DBboxHead.forward`` adds the
+proposals' features into the output of its first refinement layer in place (``+=``),
+but that output is a ReLU's, which autograd keeps for the ReLU's gradient: the backward
+pass fails ("modified by an inplace operation"; H3DNet's own repository since writes
+``a = a + b``). The mended head hands its first refinement layer's output on as a copy
+(a forward hook), so the sum is made in the copy: the same values and gradients.
+
 mmdet3d's other needs on today's Python are met elsewhere: the numpy names it reads
 (``np.int``, ``np.bool``) by :mod:`mmpar.compat.numpy_aliases`, its mmcv <= 1.7.0
 gate by ``python -m mmpar.compat.install --target DIR mmdet3d`` (mmcv 1.7.0 in a
@@ -26,15 +38,27 @@ from __future__ import annotations
 import functools
 import os
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any, Callable, Dict
 
 from mmpar.compat.import_hook import on_import
 from mmpar.compat.mmcv_ops import ops_in_use
 
-__all__ = ["SPCONV_ENV_VAR", "SPCONV_MODULE", "mend_mmdet3d", "uses_spconv2"]
+__all__ = [
+    "H3D_HEAD_MODULE",
+    "MULTI_BACKBONE_MODULE",
+    "SPCONV_ENV_VAR",
+    "SPCONV_MODULE",
+    "mend_mmdet3d",
+    "multi_backbone_forward",
+    "uses_spconv2",
+]
 
 #: The module whose ``register_spconv2`` decides whether mmdet3d uses spconv 2.
 SPCONV_MODULE = "mmdet3d.ops.spconv.overwrite_spconv.write_spconv2"
+#: The module of ``MultiBackbone`` (H3DNet).
+MULTI_BACKBONE_MODULE = "mmdet3d.models.backbones.multi_backbone"
+#: The module of ``H3DBboxHead``.
+H3D_HEAD_MODULE = "mmdet3d.models.roi_heads.bbox_heads.h3d_bbox_head"
 #: ``1``: let mmdet3d use spconv 2 (where it imports) even where mmpar's ops serve mmcv.ops.
 SPCONV_ENV_VAR = "MMPAR_MMDET3D_SPCONV"
 
@@ -58,6 +82,60 @@ def _mend_register(module: ModuleType) -> None:
     module.register_spconv2 = register_spconv2
 
 
+def multi_backbone_forward(self: Any, points: Any) -> Dict[str, Any]:
+    """``MultiBackbone.forward``: each backbone's outputs under ``<key>_<suffix>``, and
+    ``hd_feature``, the aggregation of their last feature-propagation features.
+
+    Args:
+        points: (B, N, 3 + C) float: the points and their features.
+
+    Returns:
+        The outputs of every backbone, renamed, and ``hd_feature``.
+    """
+    import torch
+
+    merged: Dict[str, Any] = {}
+    last = []
+    for backbone, suffix in zip(self.backbone_list, self.suffixes):
+        out = backbone(points)
+        last.append(out["fp_features"][-1])
+        merged.update({(f"{k}_{suffix}" if suffix else k): v for k, v in out.items()})
+    merged["hd_feature"] = self.aggregation_layers(torch.cat(last, dim=1))
+    return merged
+
+
+def _mend_multi_backbone(module: ModuleType) -> None:
+    cls = module.MultiBackbone
+    if not getattr(cls.forward, "__mmpar_mended__", False):
+        multi_backbone_forward.__mmpar_mended__ = True  # type: ignore[attr-defined]
+        cls.forward = multi_backbone_forward
+
+
+def _copy_output(module: Any, inputs: Any, output: Any) -> Any:
+    return output.clone()
+
+
+def _mend_h3d_head(module: ModuleType) -> None:
+    cls = module.H3DBboxHead
+    forward = cls.forward
+    if getattr(forward, "__mmpar_mended__", False):
+        return
+
+    @functools.wraps(forward)
+    def mended(self: Any, *args: Any, **kwargs: Any) -> Any:
+        first = self.bbox_pred[0]
+        if not getattr(first, "__mmpar_copies__", False):
+            first.register_forward_hook(_copy_output)
+            first.__mmpar_copies__ = True
+        return forward(self, *args, **kwargs)
+
+    mended.__mmpar_mended__ = True  # type: ignore[attr-defined]
+    cls.forward = mended
+
+
 def mend_mmdet3d() -> None:
-    """Mend mmdet3d's choice of sparse convolutions when (or if already) it is imported."""
+    """Mend mmdet3d's choice of sparse convolutions, its ``MultiBackbone`` and its
+    ``H3DBboxHead`` when (or if already) their modules are imported."""
     on_import(SPCONV_MODULE, _mend_register)
+    on_import(MULTI_BACKBONE_MODULE, _mend_multi_backbone)
+    on_import(H3D_HEAD_MODULE, _mend_h3d_head)

@@ -27,6 +27,7 @@ CODEBASES: Dict[str, Tuple[str, str]] = {
     "mmpose": ("build_only", "MMPose"),
     "mmcls": ("build_only", "MMCls"),
     "mmtrack": ("build_only", "MMTrack"),
+    "mmdet3d": ("det3d", "MMDet3D"),
 }
 
 

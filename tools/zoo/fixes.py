@@ -13,6 +13,15 @@ the docs count what each one lets pass. None of them touches mmpar or mmcv.ops.
   and a device given as the dtype is taken as the device. (``patch_mmcv()`` mends
   the last for mmrotate's ``RotatedAnchorGenerator`` itself, see
   ``mmpar.compat.cpu_dist``; the ``'cuda'`` defaults stay to the tool.)
+* ``prior-device-3d``: the same ``'cuda'`` defaults in mmdet3d's 3D anchor generators
+  (``Anchor3DRangeGenerator``, ``AlignedAnchor3DRangeGenerator``) and
+  ``Anchor3DHead.get_anchors``, which ``FreeAnchor3DHead.loss`` calls without a device.
+* ``focal-background``: mmdet's ``FocalLoss`` (sigmoid) takes class labels from 0 to
+  ``num_classes``, the last for background. On CUDA it calls mmcv's kernel, which
+  counts any label outside ``0..num_classes - 1`` as background; on the CPU it
+  one-hot encodes the labels in torch, which refuses a negative one. mmdet3d's
+  ImVoxelNet head labels its background -1: on the CPU, a label below 0 is taken as
+  ``num_classes`` (background), as the kernel takes it.
 """
 
 from __future__ import annotations
@@ -62,9 +71,51 @@ def _prior_device() -> List[str]:
     return mended
 
 
+def _prior_device_3d() -> List[str]:
+    from mmdet3d.core.anchor import AlignedAnchor3DRangeGenerator, Anchor3DRangeGenerator
+    from mmdet3d.models.dense_heads import Anchor3DHead
+
+    mended = []
+    methods = ("grid_anchors", "single_level_grid_anchors", "anchors_single_range")
+    for cls, names in (
+        (Anchor3DRangeGenerator, methods),
+        (AlignedAnchor3DRangeGenerator, methods),
+        (Anchor3DHead, ("get_anchors",)),
+    ):
+        for name in names:
+            method = cls.__dict__.get(name)
+            if method is not None and not getattr(method, "__mmpar_zoo_fix__", False):
+                setattr(cls, name, _on_this_machine(method))
+                mended.append(f"{cls.__name__}.{name}")
+    return mended
+
+
+def _background_label(forward: Callable[..., Any]) -> Callable[..., Any]:
+    """``FocalLoss.forward`` with the labels below 0 of a CPU prediction made background."""
+
+    @functools.wraps(forward)
+    def mended(self: Any, pred: Any, target: Any, *args: Any, **kwargs: Any) -> Any:
+        if not pred.is_cuda and target.dim() == 1 and pred.dim() == 2 and len(target):
+            target = target.masked_fill(target < 0, pred.size(1))
+        return forward(self, pred, target, *args, **kwargs)
+
+    mended.__mmpar_zoo_fix__ = True  # type: ignore[attr-defined]
+    return mended
+
+
+def _focal_background() -> List[str]:
+    from mmdet.models.losses import FocalLoss
+
+    if not getattr(FocalLoss.forward, "__mmpar_zoo_fix__", False):
+        FocalLoss.forward = _background_label(FocalLoss.forward)
+    return ["FocalLoss.forward"]
+
+
 #: Fix name -> (the codebases it applies to, what applies it).
 FIXES: Dict[str, Any] = {
-    "prior-device": (("mmdet", "mmrotate", "mmocr"), _prior_device),
+    "prior-device": (("mmdet", "mmrotate", "mmocr", "mmdet3d"), _prior_device),
+    "prior-device-3d": (("mmdet3d",), _prior_device_3d),
+    "focal-background": (("mmdet3d",), _focal_background),
 }
 
 
