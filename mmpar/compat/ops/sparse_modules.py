@@ -9,8 +9,9 @@ training never sees 0 rows). Before each sparse module it records the input's
 a sparse convolution into the convolution (a ``fused_bn`` one), with mmcv's
 formula: ``scale = bn.weight / (sqrt(running_var) + eps)``.
 
-Differences from mmcv-full: none in behaviour (mmcv's fused convolutions fail on
-float32 features at ``filters.dtypes``; mmpar's run, see ``sparse_ops``).
+Differences from mmcv-full: a non-``SparseConvTensor`` input to a sparse module is a
+``TypeError`` (mmcv asserts); mmcv's fused convolutions fail on float32 features at
+``filters.dtypes``, mmpar's run (see ``sparse_ops``). NaN/inf: as the modules run.
 """
 
 from __future__ import annotations
