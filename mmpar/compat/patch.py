@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from mmpar.compat.cpu_dist import enable_cpu_dist
 from mmpar.compat.mmcv_ops import resolve_mode, supply_mmcv_ops
 from mmpar.compat.mmcv_parallel import PACKAGE, PUBLIC, contents
+from mmpar.compat.mmdet3d017 import mend_mmdet3d017
 from mmpar.compat.mmdet3d_fixes import mend_mmdet3d
 from mmpar.compat.numpy_aliases import restore_numpy_aliases
 from mmpar.compat.opencv_scalars import mend_opencv_scalars
@@ -62,7 +63,9 @@ def patch_mmcv(ops: Optional[str] = None) -> None:
     functions take them as the Python numbers they hold (see
     :mod:`mmpar.compat.opencv_scalars`). mmdet3d 1.0 builds its sparse
     convolutions from ``mmcv.ops`` where mmpar's serve, not from spconv 2, which
-    runs on CUDA only (see :mod:`mmpar.compat.mmdet3d_fixes`).
+    runs on CUDA only (see :mod:`mmpar.compat.mmdet3d_fixes`). mmdet3d 0.17.x and
+    0.18.x get their 11 compiled extension modules from mmpar's 3D ops, and their
+    sparse convolutions registered over mmcv's (see :mod:`mmpar.compat.mmdet3d017`).
 
     Processes started with ``spawn`` or ``forkserver`` (spawned DataLoader
     workers, ``mp.spawn``) re-run the main script's top level, so the patch
@@ -84,6 +87,7 @@ def patch_mmcv(ops: Optional[str] = None) -> None:
     mend_opencv_scalars()
     supply_mmcv_ops(mode)
     mend_mmdet3d()
+    mend_mmdet3d017()
     enable_cpu_dist()
     current = sys.modules.get(PACKAGE)
     if is_patched():

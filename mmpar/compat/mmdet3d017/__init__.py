@@ -1,0 +1,28 @@
+"""mmdet3d 0.17.x and 0.18.x without their compiled ops (mmpar's stand-ins, and mends).
+
+mmdet3d before 1.0 compiles 11 extension modules of its own (sparse convolution, 3D
+IoU and NMS, voxelization, RoI-aware pooling, points in boxes, and the PointNet++
+sampling and grouping ops); six include ``THC/THC.h``, which torch 1.11 removed, so
+they no longer build. :func:`mend_mmdet3d017` (called by
+:func:`mmpar.compat.patch_mmcv`) supplies them on mmpar's 3D ops
+(:mod:`.mount`: the finder; :mod:`.spconv_ext`, :mod:`.boxes_ext`, :mod:`.voxel_ext`,
+:mod:`.points_ext`, :mod:`.grouping_ext`: the functions, under their pybind names and
+signatures) and mends the rest that stops these versions on today's stack (:mod:`.mends`: the sparse
+convolutions that mmcv >= 1.4.6 registers too, ``numba.errors``). numpy's removed
+aliases are :mod:`mmpar.compat.numpy_aliases`' work. It imports nothing until mmdet3d
+imports these modules.
+"""
+
+from __future__ import annotations
+
+from mmpar.compat.mmdet3d017.mends import mend_numba_errors, mend_sparse_conv_registry
+from mmpar.compat.mmdet3d017.mount import EXTENSIONS, mount
+
+__all__ = ["EXTENSIONS", "mend_mmdet3d017"]
+
+
+def mend_mmdet3d017() -> None:
+    """Supply mmdet3d 0.17's compiled modules and mend its imports (idempotent)."""
+    mount()
+    mend_sparse_conv_registry()
+    mend_numba_errors()
