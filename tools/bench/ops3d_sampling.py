@@ -1,9 +1,10 @@
 """The sampling ops' rows of the 3D ops section (``tools/bench/ops3d.py``).
 
 :func:`rows` times mmpar's ``furthest_point_sample``, ``furthest_point_sample_with_dist``,
-``gather_points`` and ``Correlation`` with the section's ``compare`` (alternating rounds,
-one thread, median of the per-round ratios). mmcv-full 1.7.2 has CUDA kernels only for
-these ops, so each reference is plain torch doing the same work, written directly:
+``gather_points``, ``assign_score_withk`` and ``Correlation`` with the section's
+``compare`` (alternating rounds, one thread, median of the per-round ratios). mmcv-full
+1.7.2 has CUDA kernels only for these ops, so each reference is plain torch doing the same
+work, written directly:
 
 * ``furthest_point_sample``: PointNet++'s sizes, ``B`` clouds of ``N`` points uniform in
   ``[-1, 1]^3``, ``B, N -> M = 8, 16384 -> 4096`` (``quick``: ``2, 4096 -> 1024``); the
@@ -14,6 +15,10 @@ these ops, so each reference is plain torch doing the same work, written directl
   sample's row by advanced indexing, then ``minimum`` and ``argmax``.
 * ``gather_points``: ``(B, C, N)`` features at ``M`` sampled points, forward and forward +
   backward, against ``torch.gather`` on the expanded indices.
+* ``assign_score_withk``: PAConv's score assignment (``B`` clouds of ``N`` points, ``npoint``
+  centres of ``K`` neighbours, ``M`` weight matrices, ``out_dim`` channels), forward and
+  forward + backward, against advanced indexing of the neighbours' features and a
+  ``matmul`` with the scores, autograd for the backward.
 * ``Correlation``: PWC-Net's (``max_displacement=4``) and FlowNetC's (``10``,
   ``dilation_patch=2``) correlation, forward and forward + backward, against the plain
   loop over the displacements: ``input2`` zero-padded, one shifted product summed over
@@ -88,6 +93,12 @@ def ref_correlation(x1: Tensor, x2: Tensor, md: int, dp: int) -> Tensor:
     return torch.stack(out, 1).unflatten(1, (p, p))
 
 
+def ref_assign_scores(scores: Tensor, points: Tensor, centers: Tensor, knn: Tensor) -> Tensor:
+    batch = torch.arange(points.shape[0])[:, None, None]
+    diff = points[batch, knn] - centers[batch, knn[..., :1]]  # (B, npoint, K, M, out_dim)
+    return (scores[..., None, :] @ diff)[..., 0, :].permute(0, 3, 1, 2)
+
+
 def _backward(fn: Callable[[], Tensor]) -> Callable[[], None]:
     return lambda: fn().sum().backward()
 
@@ -125,6 +136,25 @@ def _gather_rows(quick: bool, add: Callable) -> None:
         _backward(lambda: ref_gather(features, idx)))  # fmt: skip
 
 
+def _assign_rows(quick: bool, add: Callable) -> None:
+    from mmpar.compat.ops import assign_score_withk
+
+    gen = torch.Generator().manual_seed(3)
+    b, n, npoint, k, m, o = (1, 1024, 256, 16, 8, 32) if quick else (2, 4096, 1024, 32, 8, 64)
+    scores = torch.rand(b, npoint, k, m, generator=gen).requires_grad_()
+    points = torch.randn(b, n, m, o, generator=gen, requires_grad=True)
+    centers = torch.randn(b, n, m, o, generator=gen, requires_grad=True)
+    knn = torch.randint(0, n, (b, npoint, k), generator=gen)
+    case = f"B={b}, N={n}, npoint={npoint}, K={k}, M={m}, out_dim={o}"
+    args = (scores, points, centers, knn)
+    with torch.no_grad():
+        add("assign_score_withk", case, "indexing + matmul",
+            lambda: assign_score_withk(*args), lambda: ref_assign_scores(*args))  # fmt: skip
+    add("assign_score_withk fwd+bwd", case, "indexing + matmul, autograd",
+        _backward(lambda: assign_score_withk(*args)),
+        _backward(lambda: ref_assign_scores(*args)))  # fmt: skip
+
+
 def _correlation_rows(quick: bool, add: Callable) -> None:
     from mmpar.compat.ops import Correlation
 
@@ -160,6 +190,7 @@ def rows(quick: bool) -> List[Row]:
     try:
         _fps_rows(quick, add)
         _gather_rows(quick, add)
+        _assign_rows(quick, add)
         _correlation_rows(quick, add)
     finally:
         torch.set_num_threads(threads)
