@@ -164,3 +164,14 @@ def maxpool_reference(
     sites = sites_of(CONV[nd](mark, ones, None, list(stride), list(padding)))
     pooled = MAX_POOL[nd](x, list(kernel_size), list(stride), list(padding))
     return sites, read(pooled, sites).clamp(min=0)
+
+
+def assert_close(got: Tensor, want: Tensor, tol: float = 1e-5) -> None:
+    """Same shape and device, and equal within ``tol`` (relative and absolute; NaN
+    equal to NaN). Light: ``torch.testing.assert_close`` imports ``torch.distributed``
+    on its first call (seconds)."""
+    assert got.shape == want.shape, (got.shape, want.shape)
+    assert got.device == want.device, (got.device, want.device)
+    want = want.to(got.dtype)
+    ok = torch.allclose(got, want, rtol=tol, atol=tol, equal_nan=True)
+    assert ok, f"max abs difference {(got - want).abs().nan_to_num().max().item()}"

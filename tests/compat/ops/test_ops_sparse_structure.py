@@ -31,8 +31,8 @@ def test_dense_is_the_scatter_of_the_features(device):
     want = torch.zeros(2, 4, 5, 6, 3, device=device)
     for (b, z, y, w), f in zip(sites.tolist(), feats):
         want[b, z, y, w] = f
-    torch.testing.assert_close(x.dense(channels_first=False), want)
-    torch.testing.assert_close(x.dense(), want.permute(0, 4, 1, 2, 3))
+    ref.assert_close(x.dense(channels_first=False), want)
+    ref.assert_close(x.dense(), want.permute(0, 4, 1, 2, 3))
     assert x.dense().is_contiguous()
     assert x.spatial_size == 120 and x.sparity == pytest.approx(sites.shape[0] / 240)
     assert x.find_indice_pair(None) is None and x.find_indice_pair("k") is None
@@ -44,7 +44,7 @@ def test_dense_carries_the_gradient():
     dense = SparseConvTensor(feats, sites, [3, 4], 1).dense()
     grad = torch.randn_like(dense)
     (dense * grad).sum().backward()
-    torch.testing.assert_close(feats.grad, ref.read(grad, sites))
+    ref.assert_close(feats.grad, ref.read(grad, sites))
 
 
 def test_scatter_nd():
@@ -53,7 +53,7 @@ def test_scatter_nd():
     out = scatter_nd(idx, upd, [3, 2, 2])
     want = torch.zeros(3, 2, 2)
     want[0, 1], want[2, 0] = upd[0], upd[1]
-    torch.testing.assert_close(out, want)
+    ref.assert_close(out, want)
 
 
 def test_bad_tensors():
@@ -75,7 +75,7 @@ def test_sequential_runs_sparse_and_feature_modules():
     seq = SparseSequential(OrderedDict([("conv", conv), ("relu", nn.ReLU()), ("dense", ToDense())]))
     out = seq(SparseConvTensor(feats, sites, [4, 5, 6], 1))
     want = conv(SparseConvTensor(feats, sites, [4, 5, 6], 1)).dense().relu()
-    torch.testing.assert_close(out, want)
+    ref.assert_close(out, want)
     assert set(seq.sparity_dict) == {"conv", "dense"}
     assert seq[0] is conv and seq[-1] is seq.dense and len(seq) == 3
     with pytest.raises(IndexError, match="index 3 is out of range"):
