@@ -111,8 +111,8 @@ def furthest_point_sample(points_xyz: Tensor, num_points: int) -> Tensor:
 
     Args:
         points_xyz: ``(B, N, 3)`` float, the points.
-        num_points: How many to sample (``>= 0``; more than ``N`` repeats point 0 once
-            every point is taken).
+        num_points: How many to sample (``>= 0``; once every distinct point is taken,
+            point 0 repeats, so ``num_points > N`` is allowed as in mmcv).
 
     Returns:
         ``(B, num_points)`` int32 indices into ``N``, not differentiable.

@@ -101,7 +101,7 @@ def test_mmcv_numbers(device: str) -> None:
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("n, m", [(1, 1), (5, 5), (13, 7), (40, 40), (70, 12)])
+@pytest.mark.parametrize("n, m", [(1, 1), (1, 3), (5, 5), (6, 9), (13, 7), (40, 40), (70, 12)])
 def test_matches_kernel(device: str, n: int, m: int) -> None:
     gen = torch.Generator().manual_seed(n * 7 + m)
     xyz = torch.randn(3, n, 3, generator=gen)
