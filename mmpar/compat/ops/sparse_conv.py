@@ -280,7 +280,14 @@ def _kind(name: str, ndim: int, **kind: bool) -> type:
 
     if kind.get("inverse"):
 
-        def __init__(self, in_channels, out_channels, kernel_size, indice_key=None, bias=True):
+        def __init__(
+            self: SparseConvolution,
+            in_channels: int,
+            out_channels: int,
+            kernel_size: Any,
+            indice_key: Any = None,
+            bias: bool = True,
+        ) -> None:
             SparseConvolution.__init__(
                 self,
                 ndim,
@@ -295,17 +302,17 @@ def _kind(name: str, ndim: int, **kind: bool) -> type:
     else:
 
         def __init__(
-            self,
-            in_channels,
-            out_channels,
-            kernel_size,
-            stride=1,
-            padding=0,
-            dilation=1,
-            groups=1,
-            bias=True,
-            indice_key=None,
-        ):
+            self: SparseConvolution,
+            in_channels: int,
+            out_channels: int,
+            kernel_size: Any,
+            stride: Any = 1,
+            padding: Any = 0,
+            dilation: Any = 1,
+            groups: int = 1,
+            bias: bool = True,
+            indice_key: Any = None,
+        ) -> None:
             SparseConvolution.__init__(
                 self,
                 ndim,
@@ -321,6 +328,7 @@ def _kind(name: str, ndim: int, **kind: bool) -> type:
                 **kind,
             )
 
+    __init__.__qualname__ = f"{name}.__init__"
     what = ", ".join(k for k, v in kind.items() if v) or "strided"
     doc = f"mmcv's ``{name}``: a {ndim}-D sparse convolution ({what}); see the module docstring."
     return type(

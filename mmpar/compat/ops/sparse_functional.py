@@ -17,7 +17,7 @@ from torch import Tensor
 from torch.autograd import Function
 
 from mmpar.compat.ops.sparse import arithmetic
-from mmpar.compat.ops.sparse_ops import conv_operands, maxpool_operands
+from mmpar.compat.ops.sparse.operands import conv_operands, maxpool_operands
 
 __all__ = [
     "SparseConvFunction",

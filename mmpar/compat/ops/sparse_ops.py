@@ -42,7 +42,8 @@ from torch import Tensor
 from mmpar.compat.ops.backend import ArgumentError
 from mmpar.compat.ops.sparse import arithmetic
 from mmpar.compat.ops.sparse.coords import as_int_list, check_indices
-from mmpar.compat.ops.sparse.layout import attach, resolve, to_layout
+from mmpar.compat.ops.sparse.layout import attach, to_layout
+from mmpar.compat.ops.sparse.operands import conv_operands, maxpool_operands
 from mmpar.compat.ops.sparse.rulebook import build, geometry
 
 #: The attribute marking output sites made here with the grid and batch they lie in.
@@ -50,7 +51,6 @@ _CHECKED = "mmpar_sites_in"
 
 __all__ = [
     "check_stride_dilation",
-    "conv_operands",
     "fused_indice_conv",
     "get_conv_output_size",
     "get_deconv_output_size",
@@ -59,7 +59,6 @@ __all__ = [
     "indice_conv_backward",
     "indice_maxpool",
     "indice_maxpool_backward",
-    "maxpool_operands",
 ]
 
 
@@ -187,57 +186,6 @@ def get_indice_pairs(
     return outids, pairs, counts
 
 
-def _num(op: str, value: Any) -> int:
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{op}: num_activate_out must be an int, found {value!r}")
-    if number < 0:
-        raise ValueError(f"{op}: num_activate_out must be >= 0, found {number}")
-    return number
-
-
-def conv_operands(
-    op: str,
-    features: Tensor,
-    filters: Tensor,
-    indice_pairs: Tensor,
-    indice_pair_num: Tensor,
-    num_out: int,
-    inverse: bool,
-    subm: bool,
-) -> Tuple[Tensor, Any]:
-    """``(weight (K, C_in, C_out), rulebook)`` for the arithmetic, checked.
-
-    Raises:
-        TypeError: features or filters not floating point, or of different dtypes.
-        ValueError: shapes that do not fit, naming the argument.
-    """
-    for name, t in (("features", features), ("filters", filters)):
-        if not isinstance(t, Tensor) or not t.is_floating_point():
-            found = t.dtype if isinstance(t, Tensor) else type(t).__name__
-            raise TypeError(f"{op}: {name} must be a floating-point tensor, found {found}")
-    if features.dtype != filters.dtype:
-        raise TypeError(
-            f"{op}: features and filters must have one dtype, found {features.dtype} "
-            f"and {filters.dtype}"
-        )
-    if features.dim() != 2 or filters.dim() < 2 or features.shape[1] != filters.shape[-2]:
-        raise ValueError(
-            f"{op}: features (N, C_in) must match filters (*kernel_size, C_in, C_out), "
-            f"found {tuple(features.shape)} and {tuple(filters.shape)}"
-        )
-    weight = filters.reshape(-1, filters.shape[-2], filters.shape[-1])
-    if weight.shape[0] != indice_pair_num.numel():
-        raise ValueError(
-            f"{op}: filters have {weight.shape[0]} kernel offsets, indice_pair_num "
-            f"{indice_pair_num.numel()}"
-        )
-    num_out = _num(op, num_out)
-    book = resolve(op, indice_pairs, indice_pair_num, features.shape[0], num_out, subm, inverse)
-    return weight, book
-
-
 def indice_conv(
     features: Tensor,
     filters: Tensor,
@@ -291,21 +239,6 @@ def indice_conv_backward(
     )
     grad_in, grad_w = arithmetic.conv_backward(features, weight, out_bp, book)
     return grad_in, grad_w.view(filters.shape)
-
-
-def maxpool_operands(
-    op: str, features: Tensor, indice_pairs: Tensor, indice_pair_num: Tensor, num_out: Any
-) -> Any:
-    """The rulebook of a max pooling, checked (see :func:`conv_operands`)."""
-    if not isinstance(features, Tensor) or not features.is_floating_point() or features.dim() != 2:
-        found = (
-            f"{features.dtype} {tuple(features.shape)}"
-            if isinstance(features, Tensor)
-            else type(features).__name__
-        )
-        raise TypeError(f"{op}: features must be a 2-D floating-point tensor, found {found}")
-    num_out = _num(op, num_out)
-    return resolve(op, indice_pairs, indice_pair_num, features.shape[0], num_out, False, False)
 
 
 def indice_maxpool(

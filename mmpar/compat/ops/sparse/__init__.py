@@ -13,6 +13,8 @@ the output rows. Here the two halves are apart, as in spconv 2.x:
   compact form, found by sorting keys and ``searchsorted`` (never a dense grid of
   the spatial shape), for submanifold, strided and transposed convolutions;
 * :mod:`.layout`: a rulebook to and from mmcv's ``(indice_pairs, indice_pair_num)``;
+* :mod:`.operands`: the kernels' arguments checked and turned into a weight and a
+  rulebook;
 * :mod:`.arithmetic`: the gather-matmul-scatter of a convolution and its
   gradients, and the max pooling over a rulebook with mmcv's gradient.
 """
