@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from mmpar.compat.ops.sparse_conv import SubMConv3d
+from mmpar.compat.ops.sparse_conv import SparseConv3d, SubMConv3d
 from mmpar.compat.ops.sparse_modules import (
     RemoveGrid,
     SparseModule,
@@ -96,3 +96,12 @@ def test_sequential_skips_feature_modules_on_an_empty_tensor():
     x = SparseConvTensor(torch.zeros(0, 3), torch.zeros(0, 4, dtype=torch.int32), [4, 4, 4], 1)
     assert seq(x).features.shape == (0, 4)  # a batch norm in training never sees 0 rows
     assert bn.num_batches_tracked == 0
+
+
+def test_a_numpy_or_size_spatial_shape_works_as_a_list():
+    sites = ref.random_sites(30, [4, 5, 6], 2)
+    feats = torch.randn(sites.shape[0], 3)
+    seq = SparseSequential(SubMConv3d(3, 4, 3), SparseConv3d(4, 2, 3, 2, 1))
+    want = seq(SparseConvTensor(feats, sites, [4, 5, 6], 2)).dense()
+    for shape in (np.array([4, 5, 6]), torch.Size([4, 5, 6]), (4, 5, 6)):
+        ref.assert_close(seq(SparseConvTensor(feats, sites, shape, 2)).dense(), want)

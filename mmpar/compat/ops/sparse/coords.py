@@ -24,7 +24,10 @@ def as_int_list(op: str, name: str, value: Any, ndim: int) -> List[int]:
         TypeError: an element that is not an int.
         ValueError: a sequence whose length is not ``ndim``.
     """
-    items = list(value) if isinstance(value, (list, tuple, torch.Size)) else [value] * ndim
+    try:  # lists, tuples, arrays, tensors; a number (or 0-d array) is every element
+        items = [value] * ndim if isinstance(value, (str, bytes)) else list(value)
+    except TypeError:
+        items = [value] * ndim
     if len(items) != ndim:
         raise ValueError(f"{op}: {name} must have {ndim} elements, found {value!r}")
     try:
