@@ -125,9 +125,8 @@ class SparseConvTensor:
         # (B, *spatial, C) and permute, without transposing the whole grid.
         out = self.features.new_zeros(self.batch_size, channels, int(np.prod(self.spatial_shape)))
         sites = self.indices.long()
-        flat = sites[:, 1:] @ torch.tensor(
-            _row_strides(self.spatial_shape), dtype=torch.long, device=sites.device
-        )
+        strides = torch.tensor(_row_strides(self.spatial_shape), device=sites.device)
+        flat = (sites[:, 1:] * strides).sum(1)  # no integer matmul on CUDA
         out[sites[:, 0], :, flat] = self.features
         return out.view(self.batch_size, channels, *self.spatial_shape)
 
