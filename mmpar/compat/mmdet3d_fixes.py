@@ -26,6 +26,13 @@ pass fails ("modified by an inplace operation"; H3DNet's own repository since wr
 ``a = a + b``). The mended head hands its first refinement layer's output on as a copy
 (a forward hook), so the sum is made in the copy: the same values and gradients.
 
+And FreeAnchor's: ``FreeAnchor3DHead.loss`` iterates over a batch tensor and writes
+into the rows it gets (``bbox_preds_[matched] = ...``). Iterating a tensor unbinds it,
+and today's autograd refuses writes into the views of a function that returns several
+("Output 0 of Unbind is a view and is being modified inplace"). During the mended loss a
+tensor is iterated row by row by indexing (views of one row each, which take writes and
+pass them on to the batch, as the older torch that mmdet3d was written for did).
+
 mmdet3d's other needs on today's Python are met elsewhere: the numpy names it reads
 (``np.int``, ``np.bool``) by :mod:`mmpar.compat.numpy_aliases`, its mmcv <= 1.7.0
 gate by ``python -m mmpar.compat.install --target DIR mmdet3d`` (mmcv 1.7.0 in a
@@ -35,15 +42,17 @@ for the installed numpy (mmdet3d uses ``numba.core``, which newer numba keeps).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from types import ModuleType
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, Iterator
 
 from mmpar.compat.import_hook import on_import
 from mmpar.compat.mmcv_ops import ops_in_use
 
 __all__ = [
+    "FREE_ANCHOR_MODULE",
     "H3D_HEAD_MODULE",
     "MULTI_BACKBONE_MODULE",
     "SPCONV_ENV_VAR",
@@ -57,6 +66,8 @@ __all__ = [
 SPCONV_MODULE = "mmdet3d.ops.spconv.overwrite_spconv.write_spconv2"
 #: The module of ``MultiBackbone`` (H3DNet).
 MULTI_BACKBONE_MODULE = "mmdet3d.models.backbones.multi_backbone"
+#: The module of ``FreeAnchor3DHead``.
+FREE_ANCHOR_MODULE = "mmdet3d.models.dense_heads.free_anchor3d_head"
 #: The module of ``H3DBboxHead``.
 H3D_HEAD_MODULE = "mmdet3d.models.roi_heads.bbox_heads.h3d_bbox_head"
 #: ``1``: let mmdet3d use spconv 2 (where it imports) even where mmpar's ops serve mmcv.ops.
@@ -133,9 +144,43 @@ def _mend_h3d_head(module: ModuleType) -> None:
     cls.forward = mended
 
 
+def _rows(tensor: Any) -> Iterator[Any]:
+    return (tensor[i] for i in range(len(tensor)))
+
+
+@contextlib.contextmanager
+def _rows_by_index() -> Iterator[None]:
+    """Tensors iterate by indexing (one-row views that take writes) inside the block."""
+    import torch
+
+    saved = torch.Tensor.__iter__
+    torch.Tensor.__iter__ = _rows
+    try:
+        yield
+    finally:
+        torch.Tensor.__iter__ = saved
+
+
+def _mend_free_anchor(module: ModuleType) -> None:
+    cls = module.FreeAnchor3DHead
+    loss = cls.loss
+    if getattr(loss, "__mmpar_mended__", False):
+        return
+
+    @functools.wraps(loss)
+    def mended(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with _rows_by_index():
+            return loss(self, *args, **kwargs)
+
+    mended.__mmpar_mended__ = True  # type: ignore[attr-defined]
+    cls.loss = mended
+
+
 def mend_mmdet3d() -> None:
-    """Mend mmdet3d's choice of sparse convolutions, its ``MultiBackbone`` and its
-    ``H3DBboxHead`` when (or if already) their modules are imported."""
+    """Mend mmdet3d's choice of sparse convolutions, its ``MultiBackbone``,
+    ``H3DBboxHead`` and ``FreeAnchor3DHead`` when (or if already) their modules are
+    imported."""
     on_import(SPCONV_MODULE, _mend_register)
     on_import(MULTI_BACKBONE_MODULE, _mend_multi_backbone)
     on_import(H3D_HEAD_MODULE, _mend_h3d_head)
+    on_import(FREE_ANCHOR_MODULE, _mend_free_anchor)

@@ -68,9 +68,14 @@ CHILD = textwrap.dedent(
 
     def mended():
         from mmdet3d.models.backbones.multi_backbone import MultiBackbone
+        from mmdet3d.models.dense_heads.free_anchor3d_head import FreeAnchor3DHead
         from mmdet3d.models.roi_heads.bbox_heads.h3d_bbox_head import H3DBboxHead
 
-        return MultiBackbone.forward.__name__, H3DBboxHead.forward.__mmpar_mended__
+        return (
+            MultiBackbone.forward.__name__,
+            H3DBboxHead.forward.__mmpar_mended__,
+            FreeAnchor3DHead.loss.__mmpar_mended__,
+        )
 
     report("CHECK", "spconv2", spconv)
     report("CHECK", "numba", numba_iou)
@@ -121,9 +126,25 @@ def test_mmdet3d_builds_its_sparse_layers_from_mmcv_ops(child) -> None:
 @requires_mmdet3d
 @requires_mmcv170
 @requires_torchvision
-def test_mmdet3d_h3dnet_parts_are_mended(child) -> None:
-    """MultiBackbone.forward (Python >= 3.8) and H3DBboxHead.forward (today's autograd)."""
-    assert outcome(child, "CHECK", "mended") == "('multi_backbone_forward', True)"
+def test_mmdet3d_parts_that_stop_on_todays_python_and_torch_are_mended(child) -> None:
+    """MultiBackbone.forward (Python >= 3.8), H3DBboxHead.forward and FreeAnchor3DHead.loss
+    (today's autograd)."""
+    assert outcome(child, "CHECK", "mended") == "('multi_backbone_forward', True, True)"
+
+
+def test_tensors_iterate_by_index_only_inside_the_mended_free_anchor_loss() -> None:
+    import torch
+
+    from mmpar.compat import mmdet3d_fixes
+
+    batch = torch.zeros(2, 3, requires_grad=True) * 1
+    with mmdet3d_fixes._rows_by_index():
+        for row in batch:
+            row[0] = 5.0  # an unbind view refuses this write
+    assert batch[:, 0].tolist() == [5.0, 5.0]
+    with pytest.raises(RuntimeError, match="modified inplace"):
+        for row in batch:
+            row[1] = 1.0
 
 
 @requires_mmdet3d
