@@ -49,7 +49,7 @@ ENV_VAR = "MMPAR_MMCV_OPS"
 MODES = ("auto", "mmcv", "mmpar")
 _ANNOUNCED_VAR = "MMPAR_MMCV_OPS_ANNOUNCED"
 
-#: (registry attribute of mmcv.cnn.bricks.registry, name, class in mmcv.ops),
+#: (registry attribute of mmcv.cnn.bricks.registry, name, class in mmcv.ops or ``module.class``),
 #: as mmcv 1.x's own ``mmcv.ops`` registers them on import.
 REGISTRATIONS: Tuple[Tuple[str, str, str], ...] = (
     ("CONV_LAYERS", "DCN", "DeformConv2dPack"),
@@ -67,6 +67,9 @@ REGISTRATIONS: Tuple[Tuple[str, str, str], ...] = (
     ("CONV_LAYERS", "SparseInverseConv3d", "SparseInverseConv3d"),
     ("CONV_LAYERS", "SubMConv2d", "SubMConv2d"),
     ("CONV_LAYERS", "SubMConv3d", "SubMConv3d"),
+    # Registered by mmcv's sparse_conv module though not in mmcv.ops' __all__.
+    ("CONV_LAYERS", "SparseConv4d", "sparse_conv.SparseConv4d"),
+    ("CONV_LAYERS", "SubMConv4d", "sparse_conv.SubMConv4d"),
 )
 
 _state: Dict[str, Any] = {"in_use": None, "reason": "", "probing": False}
@@ -354,7 +357,9 @@ def _mmcv_names(module: str) -> FrozenSet[str]:
 def _register(package: ModuleType) -> None:
     from mmcv.cnn.bricks import registry
 
-    for registry_name, name, cls_name in REGISTRATIONS:
-        cls = getattr(package, cls_name, None) if cls_name in package.__all__ else None
+    for registry_name, name, path in REGISTRATIONS:
+        sub, _, cls_name = path.rpartition(".")
+        owner = getattr(package, sub) if sub else package
+        cls = getattr(owner, cls_name, None) if cls_name in owner.__all__ else None
         if cls is not None:
             getattr(registry, registry_name).register_module(name=name, module=cls, force=True)

@@ -103,6 +103,13 @@ def test_ops_are_registered_in_mmcvs_registries_as_mmcv_registers_its_own() -> N
         assert ATTENTION.get("MultiScaleDeformableAttention") is (
             MODULES["multi_scale_deform_attn"].MultiScaleDeformableAttention)
         assert CONV_LAYERS.get("SAC") is MODULES["saconv"].SAConv2d
+        sparse_conv = MODULES["sparse_conv"]
+        for name in ("SubMConv2d", "SubMConv3d", "SubMConv4d", "SparseConv2d", "SparseConv3d",
+                     "SparseConv4d", "SparseConvTranspose2d", "SparseConvTranspose3d",
+                     "SparseInverseConv2d", "SparseInverseConv3d"):  # fmt: skip
+            assert CONV_LAYERS.get(name) is getattr(sparse_conv, name), name
+        subm = build_conv_layer(dict(type="SubMConv3d", indice_key="subm1"), 4, 16, 3)
+        assert type(subm) is sparse_conv.SubMConv3d and subm.weight.shape == (3, 3, 3, 4, 16)
         print("ok")
         """
     )
