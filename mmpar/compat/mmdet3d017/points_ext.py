@@ -10,8 +10,9 @@ C++ does, and returns what the C++ returns (1, or None for ``void``):
 * ``ball_query_wrapper(b, n, m, min_radius, max_radius, nsample, new_xyz, xyz, idx)``:
   ``idx`` ``(b, m, nsample)`` int32 <- :func:`mmpar.compat.ops.ball_query.ball_query`.
 * ``knn_wrapper(b, n, m, nsample, xyz, new_xyz, idx, dist2)``: ``idx`` ``(b, m,
-  nsample)`` int32 and ``dist2`` ``(b, m, nsample)`` float32 <- :func:`~mmpar.compat.ops
-  .knn.knn` (nearest first), the squared distances summed in x, y, z order as the kernel.
+  nsample)`` int32 and ``dist2`` ``(b, m, nsample)`` float32 <-
+  :func:`~mmpar.compat.ops.knn.knn` (nearest first), the squared distances summed in x,
+  y, z order as the kernel.
 * ``three_nn_wrapper(b, n, m, unknown, known, dist2, idx)``: ``dist2`` (squared, as the
   kernel writes them; mmdet3d takes the root) and ``idx`` <- ``three_nn``;
   ``three_interpolate_wrapper`` / ``_grad_wrapper`` <- ``three_interpolate`` and its
