@@ -10,7 +10,8 @@ Three places in those codebases assume CUDA:
 - Training functions that wrap the model themselves, as mmdet did before
   ``build_dp``: ``MMDataParallel(model.cuda(cfg.gpu_ids[0]), ...)`` and
   ``MMDistributedDataParallel(model.cuda(), device_ids=[torch.cuda.current_device()],
-  ...)`` (mmrotate 0.x's ``train_detector``, :data:`CUDA_TRAIN_FUNCTIONS`).
+  ...)`` (mmrotate 0.x's and mmdet3d 1.0's ``train_detector``,
+  :data:`CUDA_TRAIN_FUNCTIONS`).
 - mmrotate 0.x's ``RotatedAnchorHead.get_anchors`` calls mmdet 2.x's
   ``grid_priors(featmap_sizes, dtype=torch.float32, device='cuda')`` as
   ``grid_priors(featmap_sizes, device)``: the device lands in ``dtype`` and the
@@ -47,7 +48,10 @@ __all__ = ["BUILD_DDP_MODULES", "CUDA_TRAIN_FUNCTIONS", "DEVICE_AS_DTYPE", "enab
 BUILD_DDP_MODULES = ("mmdet.utils.util_distribution", "mmseg.utils.util_distribution")
 #: Training functions, as (module, function) pairs, that call ``model.cuda()`` and
 #: ``torch.cuda.current_device()`` themselves; their first argument is the model.
-CUDA_TRAIN_FUNCTIONS = (("mmrotate.apis.train", "train_detector"),)
+CUDA_TRAIN_FUNCTIONS = (
+    ("mmrotate.apis.train", "train_detector"),
+    ("mmdet3d.apis.train", "train_detector"),
+)
 #: Anchor generators, as (module, class) pairs, whose ``grid_priors`` is called with
 #: the device where its ``dtype`` goes.
 DEVICE_AS_DTYPE = (("mmrotate.core.anchor.anchor_generator", "RotatedAnchorGenerator"),)
