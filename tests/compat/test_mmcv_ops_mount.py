@@ -361,3 +361,28 @@ def test_a_bad_mode_in_the_environment_names_the_variable() -> None:
         MMPAR_MMCV_OPS="fast",
     )
     assert _ok(proc).strip() == ("MMPAR_MMCV_OPS: expected one of auto, mmcv, mmpar, got 'fast'")
+
+
+def test_every_name_and_module_of_mmcvs_ops_is_supplied() -> None:
+    """mmcv's own ``mmcv/ops/__init__.py`` (installed without its compiled ops) against
+    mmpar's: every name of its ``__all__`` (the MLU variants aside) and every module."""
+    proc = _run(
+        """
+        import ast, importlib.util, pathlib
+        mmcv_dir = importlib.util.find_spec("mmcv").submodule_search_locations[0]
+        ops_dir = pathlib.Path(mmcv_dir) / "ops"
+        tree = ast.parse((ops_dir / "__init__.py").read_text())
+        names = next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                     and getattr(n.targets[0], "id", "") == "__all__")
+        modules = sorted(p.stem for p in ops_dir.glob("*.py") if p.stem != "__init__")
+        from mmpar.compat import patch_mmcv
+        patch_mmcv()
+        import importlib, mmcv.ops
+        missing = [n for n in names if not hasattr(mmcv.ops, n)]
+        for m in modules:
+            importlib.import_module("mmcv.ops." + m)
+        print(len(names), len(modules), missing)
+        """
+    )
+    count, modules, missing = _ok(proc).split(" ", 2)
+    assert missing.strip() == "[]" and int(count) >= 117 and int(modules) >= 59
