@@ -14,7 +14,7 @@ import textwrap
 import pytest
 import torch
 
-from mmpar.compat import mmcv_ext
+from mmpar.compat.mmcv_ext import attention, boxes2d
 from mmpar.compat.ops.box_iou_rotated import box_iou_rotated
 from mmpar.compat.ops.multi_scale_deform_attn import multi_scale_deformable_attn_pytorch
 from mmpar.compat.ops.nms import nms
@@ -43,7 +43,7 @@ def _msda_inputs(device: str, dtype: torch.dtype = torch.float32, seed: int = 0)
 @pytest.mark.parametrize("device", DEVICES)
 def test_ms_deform_attn_forward_is_the_ops_forward(device: str) -> None:
     value, shapes, starts, locs, weights = _msda_inputs(device)
-    out = mmcv_ext.ms_deform_attn_forward(value, shapes, starts, locs, weights, im2col_step=64)
+    out = attention.ms_deform_attn_forward(value, shapes, starts, locs, weights, im2col_step=64)
     expected = multi_scale_deformable_attn_pytorch(value, shapes, locs, weights)
     assert out.shape == (2, 5, 6) and not out.requires_grad
     torch.testing.assert_close(out, expected, rtol=0, atol=0)
@@ -58,7 +58,7 @@ def test_ms_deform_attn_backward_adds_autograds_gradients_in_place(device: str) 
     # Start from ones, not zeros: the kernel adds into what it is given.
     targets = [torch.ones_like(t) for t in (value, locs, weights)]
     pointers = [t.data_ptr() for t in targets]
-    result = mmcv_ext.ms_deform_attn_backward(
+    result = attention.ms_deform_attn_backward(
         value, shapes, starts, locs, weights, grad_out, *targets, im2col_step=64
     )
     assert result is None
@@ -75,7 +75,7 @@ class _ResearchStyleFunction(torch.autograd.Function):
     def forward(ctx, value, shapes, starts, locs, weights, im2col_step):  # type: ignore[override]
         ctx.im2col_step = im2col_step
         ctx.save_for_backward(value, shapes, starts, locs, weights)
-        return mmcv_ext.ms_deform_attn_forward(
+        return attention.ms_deform_attn_forward(
             value, shapes, starts, locs, weights, im2col_step=im2col_step
         )
 
@@ -83,7 +83,7 @@ class _ResearchStyleFunction(torch.autograd.Function):
     def backward(ctx, grad_output):  # type: ignore[override]
         value, shapes, starts, locs, weights = ctx.saved_tensors
         grads = [torch.zeros_like(t) for t in (value, locs, weights)]
-        mmcv_ext.ms_deform_attn_backward(
+        attention.ms_deform_attn_backward(
             value, shapes, starts, locs, weights, grad_output.contiguous(), *grads,
             im2col_step=ctx.im2col_step,
         )  # fmt: skip
@@ -106,7 +106,7 @@ def test_a_research_autograd_function_on_the_entry_points_passes_gradcheck() -> 
 def test_nms_entry_point_returns_the_kept_indices() -> None:
     boxes = torch.tensor([[0, 0, 10, 10], [1, 1, 11, 11], [20, 20, 30, 30], [0, 0, 9, 10.0]])
     scores = torch.tensor([0.9, 0.8, 0.7, 0.95])
-    keep = mmcv_ext.nms(boxes, scores, iou_threshold=0.5, offset=0)
+    keep = boxes2d.nms(boxes, scores, iou_threshold=0.5, offset=0)
     assert keep.tolist() == nms(boxes, scores, 0.5)[1].tolist() == [3, 2]
 
 
@@ -117,11 +117,11 @@ def test_box_iou_rotated_entry_point_writes_into_ious(aligned: bool) -> None:
     boxes2 = torch.rand(4, 5, generator=gen) * torch.tensor([10, 10, 4, 4, 3.0]) + 0.5
     for flag, mode in ((0, "iou"), (1, "iof")):
         ious = torch.full((4 if aligned else 16,), -1.0)
-        mmcv_ext.box_iou_rotated(boxes1, boxes2, ious, mode_flag=flag, aligned=aligned)
+        boxes2d.box_iou_rotated(boxes1, boxes2, ious, mode_flag=flag, aligned=aligned)
         expected = box_iou_rotated(boxes1, boxes2, mode=mode, aligned=aligned)
         torch.testing.assert_close(ious, expected.reshape(-1))
     with pytest.raises(ValueError, match="mode_flag must be 0 or 1, got 2"):
-        mmcv_ext.box_iou_rotated(boxes1, boxes2, ious, mode_flag=2, aligned=aligned)
+        boxes2d.box_iou_rotated(boxes1, boxes2, ious, mode_flag=2, aligned=aligned)
 
 
 def _run(code: str) -> subprocess.CompletedProcess:
@@ -147,7 +147,7 @@ def test_load_ext_gives_mmpars_entry_points_and_names_a_missing_one() -> None:
         from mmcv.utils import ext_loader
         ext = ext_loader.load_ext("_ext", ["ms_deform_attn_forward", "ms_deform_attn_backward"])
         from mmpar.compat import mmcv_ext
-        assert ext.ms_deform_attn_forward is mmcv_ext.ms_deform_attn_forward
+        assert ext.ms_deform_attn_forward is mmcv_ext.ENTRY_POINTS["ms_deform_attn_forward"]
         # Deciding again probes mmcv's own library, not mmpar's stand-in.
         assert supply_mmcv_ops() == "mmpar"
         import mmcv._ext
