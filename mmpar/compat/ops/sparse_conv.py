@@ -47,7 +47,7 @@ from mmpar.compat.ops import sparse_functional as Fsp
 from mmpar.compat.ops import sparse_ops as ops
 from mmpar.compat.ops.backend import ArgumentError, check_int
 from mmpar.compat.ops.sparse.coords import as_int_list
-from mmpar.compat.ops.sparse_modules import SparseModule
+from mmpar.compat.ops.sparse.module import SparseModule
 from mmpar.compat.ops.sparse_structure import SparseConvTensor
 
 __all__ = [

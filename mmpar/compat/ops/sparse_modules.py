@@ -22,6 +22,8 @@ from typing import Any, Optional
 import torch
 from torch import nn
 
+from mmpar.compat.ops.sparse.module import SparseModule
+from mmpar.compat.ops.sparse_conv import SparseConvolution
 from mmpar.compat.ops.sparse_structure import SparseConvTensor
 
 __all__ = [
@@ -41,13 +43,7 @@ def is_spconv_module(module: nn.Module) -> bool:
 
 def is_sparse_conv(module: nn.Module) -> bool:
     """Whether ``module`` is a sparse convolution."""
-    from mmpar.compat.ops.sparse_conv import SparseConvolution
-
     return isinstance(module, SparseConvolution)
-
-
-class SparseModule(nn.Module):
-    """The base of modules that take and return a :class:`SparseConvTensor`."""
 
 
 class SparseSequential(SparseModule):
@@ -135,8 +131,6 @@ class SparseSequential(SparseModule):
 
 def _fuse(conv: nn.Module, bn: nn.BatchNorm1d) -> nn.Module:
     """A ``fused_bn`` convolution computing ``bn(conv(x))`` with ``bn``'s running stats."""
-    from mmpar.compat.ops.sparse_conv import SparseConvolution
-
     fused = SparseConvolution(
         ndim=conv.ndim,
         in_channels=conv.in_channels,

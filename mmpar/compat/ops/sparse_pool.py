@@ -16,8 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 from mmpar.compat.ops.sparse.coords import as_int_list
+from mmpar.compat.ops.sparse.module import SparseModule
 from mmpar.compat.ops.sparse_functional import indice_maxpool
-from mmpar.compat.ops.sparse_modules import SparseModule
 from mmpar.compat.ops.sparse_ops import (
     check_stride_dilation,
     get_conv_output_size,
