@@ -18,11 +18,17 @@ from typing import Dict, List
 
 import pytest
 
-from mmpar.compat.install.catalogue import CODEBASES, choose_mmcv, parse_codebases
+from mmpar.compat.install.catalogue import (
+    CODEBASES,
+    choose_mmcv,
+    compiles_extensions,
+    mmcv_range,
+    parse_codebases,
+)
 from mmpar.compat.install.cli import main
 from mmpar.compat.install.environment import Environment
 from mmpar.compat.install.errors import InstallError
-from mmpar.compat.install.pip import check_pip, install, strip_wheel
+from mmpar.compat.install.pip import NO_EXTENSIONS, check_pip, install, strip_wheel
 from mmpar.compat.install.requirements import (
     runtime_requirements,
     usable_resolution,
@@ -227,6 +233,76 @@ def test_dry_run_plan_for_mmdet3d(capsys, tmp_path, version) -> None:
     # Only an sdist on the index: its setup.py imports torch, and builds no extension.
     assert f"would make the wheel of mmdet3d {version or '1.0.0rc6'}" in text
     assert "compiles nothing" in text
+
+
+@pytest.mark.parametrize(
+    "version, mmcv, mmdet, mmseg",
+    [
+        ("0.17.1", "1.4.0", "2.14.0", "0.14.1"),
+        ("0.17.2", "1.4.0", "2.14.0", "0.14.1"),
+        ("0.17.3", "1.4.0", "2.14.0", "0.14.1"),
+        ("0.18.0", "1.5.0", "2.19.1", "0.20.2"),
+        ("0.18.1", "1.5.0", "2.19.1", "0.20.2"),
+    ],
+)
+def test_dry_run_plan_for_mmdet3d_before_1_0(capsys, tmp_path, version, mmcv, mmdet, mmseg):
+    """mmdet3d 0.17/0.18: an mmcv, mmdet and mmseg inside its gates (BEVFormer's pins
+    for 0.17), and its wheel made without its 11 compiled extensions."""
+    code, out, err = dry_run(capsys, f"mmdet3d=={version}", "--target", str(tmp_path / "t"))
+    assert code == 0, err
+    text = "\n".join(out)
+    assert f"mmcv {mmcv}, without compiled ops (mmpar supplies mmcv.ops): " in text
+    assert f"mmpar install: mmdet {mmdet} (mmdet3d imports it; accepts mmcv>=" in text
+    assert f"mmpar install: mmsegmentation {mmseg} (mmdet3d imports it; accepts mmcv>=" in text
+    assert f"mmpar install: mmdet3d {version} (named; accepts mmcv>=1.3.8,<=" in text
+    assert (
+        f"would make the wheel of mmdet3d {version} from its sdist without its 11 compiled "
+        "extensions (mmpar supplies them)"
+    ) in text
+    assert not any(line.startswith("mmpar install: mmcls") for line in out)
+
+
+def test_mmdet3d_before_1_0_plans() -> None:
+    request = parse_codebases(["mmdet3d==0.17.1"])
+    assert request.versions == {
+        "mmdet": "2.14.0",
+        "mmsegmentation": "0.14.1",
+        "mmdet3d": "0.17.1",
+    }
+    assert choose_mmcv(None, request)[0] == "1.4.0"
+    assert choose_mmcv("1.3.17", request) == ("1.3.17", "asked for (--mmcv)")
+    # A codebase named at another version wins over the pin, inside the gates.
+    request = parse_codebases(["mmdet3d==0.17.1", "mmdet==2.28.2"])
+    assert request.versions["mmdet"] == "2.28.2"
+    assert choose_mmcv(None, request)[0] == "1.4.0"
+    with pytest.raises(InstallError, match=r"--mmcv 1.7.2 is refused by mmdet 2.14.0 "):
+        choose_mmcv("1.7.2", parse_codebases(["mmdet3d==0.17.1"]))
+    assert compiles_extensions("mmdet3d", "0.17.1") == 11
+    assert compiles_extensions("mmdet3d", "1.0.0rc6") == 0
+    assert str(mmcv_range("mmdet3d", "0.17.3")) in (">=1.3.8,<=1.5.0", "<=1.5.0,>=1.3.8")
+
+
+def test_sdist_setup_runs_without_its_extensions(tmp_path) -> None:
+    """The setup.py of an sdist that compiles an extension (its source absent here) makes
+    a pure-Python wheel under NO_EXTENSIONS."""
+    root = tmp_path / "pkg-0.1"
+    (root / "pkg").mkdir(parents=True)
+    (root / "pkg" / "__init__.py").write_text("VALUE = 1\n")
+    (root / "setup.py").write_text(
+        "from setuptools import Extension, find_packages, setup\n"
+        "if __name__ == '__main__':\n"
+        "    setup(name='pkg', version='0.1', packages=find_packages(),\n"
+        "          ext_modules=[Extension('pkg.ext', sources=['pkg/missing.cpp'])])\n"
+    )
+    out = tmp_path / "wheels"
+    proc = subprocess.run(
+        [sys.executable, "-c", NO_EXTENSIONS, str(out)], cwd=root, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (wheel,) = out.glob("pkg-0.1-*.whl")
+    assert wheel.name.endswith("-py3-none-any.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        assert "pkg/__init__.py" in archive.namelist()
 
 
 def fake_wheel(folder: Path, name: str, version: str, requires: List[str]) -> Path:

@@ -20,7 +20,14 @@ why, are :data:`~mmpar.compat.install.catalogue.REPLACED`,
 requirements, read from its wheel, pip resolves relaxed: nuscenes-devkit's numpy < 2)
 and :data:`~mmpar.compat.install.catalogue.NOT_INSTALLED`. A codebase published as
 an sdist only, whose ``setup.py`` imports torch (mmdet3d 1.0), gets its wheel made
-with this Python's torch, without build isolation; it compiles nothing.
+with this Python's torch, without build isolation; it compiles nothing. mmdet3d 0.17.x
+and 0.18.x, whose ``setup.py`` compiles 11 CUDA/C++ extensions (six of them include
+``THC/THC.h``, gone since torch 1.11), get their wheel made from the sdist with
+``setup()`` handed no extension (mmpar supplies those modules, see
+:mod:`mmpar.compat.mmdet3d017`), and come with the mmcv, mmdet and mmseg inside their
+gates (:data:`~mmpar.compat.install.catalogue.RELEASES`: mmcv 1.4.0, mmdet 2.14.0 and
+mmseg 0.14.1 for 0.17.x, BEVFormer's pins; mmcv 1.5.0, mmdet 2.19.1, mmseg 0.20.2 for
+0.18.x), e.g. ``--target ~/.cache/mmpar/mmcv-1.4.0 mmdet3d==0.17.1``.
 
 Without ``--mmcv`` it picks the newest mmcv every codebase accepts: 1.7.2, or 1.7.0
 where mmpose, mmaction2 or mmdet3d is named (they refuse mmcv > 1.7.0 on import).

@@ -3,7 +3,9 @@ the mmcv range each accepts, and the few requirements it installs otherwise than
 
 The mmcv ranges are those each codebase's ``__init__`` asserts on import (its
 ``Requires-Dist`` names ``mmcv-full`` only under the ``mim`` extra, which the
-installer ignores), for its default version, the last release built on mmcv 1.x.
+installer ignores), for its default version, the last release built on mmcv 1.x,
+and for the older releases in :data:`RELEASES` (mmdet3d 0.17.x and 0.18.x, on which
+the research code of the 3D era is built, with the mmdet and mmseg they pin).
 """
 
 from __future__ import annotations
@@ -28,10 +30,14 @@ __all__ = [
     "NOT_INSTALLED",
     "READ_FROM_WHEEL",
     "RELAXED",
+    "RELEASES",
     "REPLACED",
     "Codebase",
+    "Release",
     "Request",
     "choose_mmcv",
+    "compiles_extensions",
+    "mmcv_range",
     "parse_codebases",
 ]
 
@@ -101,6 +107,65 @@ CODEBASES: Dict[str, Codebase] = {
     )
 }
 
+
+@dataclass(frozen=True)
+class Release:
+    """An older release of a codebase, whose gates differ from its default version's.
+
+    Attributes:
+        mmcv: The mmcv versions its ``__init__`` accepts.
+        needs: ``(dist, version)`` of each codebase it imports, installed with it at that
+            version unless named (the versions its users pin, inside its gates).
+        extensions: How many compiled extensions its sdist's ``setup.py`` builds: its
+            wheel is made without them (mmpar supplies them, see
+            :mod:`mmpar.compat.mmdet3d017`).
+    """
+
+    mmcv: str
+    needs: Tuple[Tuple[str, str], ...] = ()
+    extensions: int = 0
+
+
+#: mmdet3d 0.17.1 and 0.17.2 accept mmcv <= 1.4.0, mmdet >= 2.14.0, mmseg >= 0.14.1;
+#: BEVFormer, DETR3D, PETR, UniAD 1.0 and VAD pin those with mmcv-full 1.4.0.
+_MMDET3D_017 = (("mmdet", "2.14.0"), ("mmsegmentation", "0.14.1"))
+#: mmdet3d 0.18.x asks mmdet >= 2.19.0 and mmseg >= 0.20.0.
+_MMDET3D_018 = (("mmdet", "2.19.1"), ("mmsegmentation", "0.20.2"))
+
+#: (dist, version) -> the release's gates, where they differ from the default's.
+RELEASES: Dict[Tuple[str, str], Release] = {
+    ("mmdet3d", "0.17.1"): Release(">=1.3.8,<=1.4.0", _MMDET3D_017, extensions=11),
+    ("mmdet3d", "0.17.2"): Release(">=1.3.8,<=1.4.0", _MMDET3D_017, extensions=11),
+    ("mmdet3d", "0.17.3"): Release(">=1.3.8,<=1.5.0", _MMDET3D_017, extensions=11),
+    ("mmdet3d", "0.18.0"): Release(">=1.3.8,<=1.5.0", _MMDET3D_018, extensions=11),
+    ("mmdet3d", "0.18.1"): Release(">=1.3.8,<=1.5.0", _MMDET3D_018, extensions=11),
+    ("mmdet", "2.14.0"): Release(">=1.3.8,<=1.4.0"),
+    ("mmdet", "2.19.1"): Release(">=1.3.17,<=1.5.0"),
+    ("mmsegmentation", "0.14.1"): Release(">=1.3.1,<=1.4.0"),
+    ("mmsegmentation", "0.20.2"): Release(">=1.3.13,<=1.5.0"),
+}
+
+
+def mmcv_range(dist: str, version: str) -> SpecifierSet:
+    """The mmcv versions ``dist`` ``version`` accepts: its :data:`RELEASES` entry's, else
+    its default version's (an older release is taken to accept no newer mmcv)."""
+    release = RELEASES.get((dist, version))
+    return SpecifierSet(release.mmcv) if release else CODEBASES[dist].mmcv_range()
+
+
+def compiles_extensions(dist: str, version: str) -> int:
+    """How many compiled extensions the sdist of ``dist`` ``version`` builds (0: none)."""
+    release = RELEASES.get((dist, version))
+    return release.extensions if release else 0
+
+
+def _needs(dist: str, version: str) -> Tuple[Tuple[str, Optional[str]], ...]:
+    release = RELEASES.get((dist, version))
+    if release is not None:
+        return release.needs
+    return tuple((need, None) for need in CODEBASES[dist].needs)
+
+
 #: Other names a codebase goes by on the command line (its import name).
 ALIASES: Dict[str, str] = {"mmseg": "mmsegmentation", "mmaction": "mmaction2"}
 
@@ -133,6 +198,10 @@ RELAXED: Dict[Tuple[str, str], str] = {
     ),
     ("mmdet3d", "networkx"): "networkx < 2.3 imports fractions.gcd, gone in Python 3.9",
     ("mmdet3d", "trimesh"): "trimesh 2.35.39 uses numpy aliases removed in numpy 1.24",
+    ("mmdet3d", "numpy"): (
+        "mmdet3d 0.17 asks numpy < 1.20, which has no wheel for Python >= 3.10; "
+        "mmpar puts back the numpy aliases it reads"
+    ),
     ("nuscenes-devkit", "numpy"): (
         "nuscenes-devkit 1.2.0 asks numpy < 2, and would move numpy back to 1.x; what "
         "mmdet3d imports of it (its Box, its evaluation) runs on numpy 2"
@@ -208,12 +277,13 @@ def parse_codebases(args: Sequence[str]) -> Request:
         named[dist] = version or named.get(dist)
     versions: Dict[str, str] = {}
 
-    def add(dist: str) -> None:
-        for need in CODEBASES[dist].needs:
+    def add(dist: str, pinned: Optional[str] = None) -> None:
+        version = named.get(dist) or pinned or CODEBASES[dist].default
+        for need, at in _needs(dist, version):
             if need not in versions:
-                add(need)
+                add(need, at)
         if dist not in versions:
-            versions[dist] = named.get(dist) or CODEBASES[dist].default
+            versions[dist] = version
 
     for dist in named:
         add(dist)
@@ -221,13 +291,11 @@ def parse_codebases(args: Sequence[str]) -> Request:
 
 
 def _ranges(request: Request) -> List[Tuple[str, SpecifierSet]]:
-    """``("<codebase> <version>", mmcv range)`` for each codebase.
-
-    The range is the default version's: an older release accepts no newer mmcv (it
-    may accept fewer, which then shows on import).
+    """``("<codebase> <version>", mmcv range)`` for each codebase (:func:`mmcv_range`:
+    an older release not in :data:`RELEASES` may accept fewer, which then shows on import).
     """
     return [
-        (f"{dist} {version}", CODEBASES[dist].mmcv_range())
+        (f"{dist} {version}", mmcv_range(dist, version))
         for dist, version in request.versions.items()
     ]
 

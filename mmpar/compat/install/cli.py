@@ -37,7 +37,8 @@ def _parser() -> argparse.ArgumentParser:
         nargs="*",
         metavar="CODEBASE[==VERSION]",
         help="mmdet, mmseg, mmrotate, mmocr, mmedit, mmaction2, mmpose, mmcls, mmtrack, "
-        "mmdet3d (default versions: their last mmcv-1.x releases)",
+        "mmdet3d (default versions: their last mmcv-1.x releases; mmdet3d==0.17.1 and the "
+        "other 0.17.x/0.18.x releases come with the mmcv, mmdet and mmseg of their gates)",
     )
     parser.add_argument(
         "--mmcv",

@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import tarfile
 import tempfile
 import venv
 import zipfile
@@ -25,7 +26,9 @@ from packaging.version import Version
 from mmpar.compat.install.errors import InstallError
 
 __all__ = [
+    "NO_EXTENSIONS",
     "build_wheel",
+    "build_without_extensions",
     "cache_dir",
     "cached_newest",
     "cached_wheel",
@@ -130,6 +133,62 @@ def build_wheel(
         args = ["wheel", "-q", "--no-deps", "--no-build-isolation", "--no-binary", dist]
         args += [f"{dist}=={version}", "-w", str(cache)]
         _pip(python, args, f"build {dist} {version}", env=dict(os.environ, **(env or {})))
+    wheel = cached_wheel(dist, version, cache)
+    if wheel is None:
+        raise InstallError(f"building {dist} {version} left no wheel of it in {cache}")
+    return wheel
+
+
+#: Runs an unpacked sdist's ``setup.py bdist_wheel -d DIR`` with ``setup()`` handed no
+#: extension modules and no ``build_ext`` command: a pure-Python wheel, nothing compiled.
+NO_EXTENSIONS = """
+import runpy, sys, setuptools
+real = setuptools.setup
+def setup(**kwargs):
+    kwargs.pop("ext_modules", None)
+    kwargs.pop("cmdclass", None)
+    return real(**kwargs)
+setuptools.setup = setup
+sys.argv = ["setup.py", "bdist_wheel", "-d", sys.argv[1]]
+runpy.run_path("setup.py", run_name="__main__")
+"""
+
+
+def _fail(what: str, command: str, output: str, returncode: int) -> InstallError:
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    with tempfile.NamedTemporaryFile(
+        "w", prefix="mmpar-install-", suffix=".log", delete=False
+    ) as log:
+        log.write(f"$ {command}\n{output}")
+    tail = " | ".join(lines[-3:]) or f"exit status {returncode}"
+    return InstallError(f"failed to {what}: {tail} (full output: {log.name})")
+
+
+def build_without_extensions(dist: str, version: str, cache: Path) -> Path:
+    """Make the wheel of ``dist`` ``version`` from its sdist without its compiled extensions.
+
+    For an sdist whose ``setup.py`` imports torch and compiles CUDA/C++ extensions that
+    no longer build (mmdet3d 0.17's include ``THC/THC.h``): the sdist is downloaded
+    (its metadata read with this Python's torch), unpacked, and its ``setup.py`` run by
+    this Python with ``setup()`` given no extension modules. mmpar supplies them.
+    """
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f"mmpar-build-{dist}-") as tmp:
+        args = ["download", "-q", "--no-deps", "--no-binary", ":all:", "--no-build-isolation"]
+        _pip(sys.executable, [*args, f"{dist}=={version}", "-d", tmp], f"get {dist} {version}")
+        sdist = next(Path(tmp).glob("*.tar.gz"), None)
+        if sdist is None:
+            raise InstallError(f"pip left no sdist of {dist} {version} in {tmp}")
+        with tarfile.open(sdist) as archive:
+            archive.extractall(Path(tmp) / "src", filter="data")
+        root = next((Path(tmp) / "src").iterdir())
+        command = [sys.executable, "-c", NO_EXTENSIONS, str(cache)]
+        proc = subprocess.run(
+            command, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        if proc.returncode != 0:
+            what = f"make the wheel of {dist} {version} without its extensions"
+            raise _fail(what, " ".join(command), proc.stdout, proc.returncode)
     wheel = cached_wheel(dist, version, cache)
     if wheel is None:
         raise InstallError(f"building {dist} {version} left no wheel of it in {cache}")

@@ -18,13 +18,16 @@ from mmpar.compat.install.catalogue import (
     MMCV_BUILD_ENV,
     MMCV_BUILD_TOOLS,
     READ_FROM_WHEEL,
+    RELEASES,
     choose_mmcv,
+    compiles_extensions,
     parse_codebases,
 )
 from mmpar.compat.install.environment import Environment
 from mmpar.compat.install.errors import InstallError
 from mmpar.compat.install.pip import (
     build_wheel,
+    build_without_extensions,
     cache_dir,
     cached_newest,
     cached_wheel,
@@ -110,7 +113,9 @@ class Installer:
             else:
                 users = [d for d in self.request.versions if dist in CODEBASES[d].needs]
                 why = f"{' and '.join(users)} import{'s' if len(users) == 1 else ''} it"
-            if version != CODEBASES[dist].default:
+            if (dist, version) in RELEASES:
+                why += f"; accepts mmcv{_shown_range(dist, version)}"
+            elif version != CODEBASES[dist].default:
                 default = CODEBASES[dist].default
                 why += f"; mmcv range taken from {default}'s, and checked on import, last"
             self.say(f"{dist} {version} ({why})")
@@ -180,6 +185,12 @@ class Installer:
                     f"would build {self._named(dist)} in a throwaway venv (setuptools<70, "
                     f"MMCV_WITH_OPS=0) into {self.cache}, and install it"
                 )
+            elif compiles_extensions(dist, self.versions[dist]):
+                self.say(
+                    f"would make the wheel of {self._named(dist)} from its sdist without its "
+                    f"{compiles_extensions(dist, self.versions[dist])} compiled extensions "
+                    f"(mmpar supplies them) into {self.cache}, and install it"
+                )
             elif CODEBASES[dist].setup_imports_torch:
                 self.say(
                     f"would make the wheel of {self._named(dist)} from its sdist with this "
@@ -244,6 +255,12 @@ class Installer:
         if dist == "mmcv":
             wheel = build_wheel("mmcv", version, self.cache, MMCV_BUILD_TOOLS, MMCV_BUILD_ENV)
             how = "built in a throwaway venv (setuptools<70, MMCV_WITH_OPS=0)"
+        elif compiles_extensions(dist, version):
+            wheel = build_without_extensions(dist, version, self.cache)
+            how = (
+                f"made from its sdist without its {compiles_extensions(dist, version)} compiled "
+                "extensions (mmpar supplies them)"
+            )
         else:
             torch = CODEBASES[dist].setup_imports_torch
             wheel = fetch_wheel(dist, version, self.cache, torch)
@@ -343,6 +360,13 @@ def _change(name: str, version: str, env: Environment) -> str:
         return shown
     verb = "replaces" if env.target is None or env.in_target(name) else "shadows"
     return f"{shown} ({verb} {installed})"
+
+
+def _shown_range(dist: str, version: str) -> str:
+    """``>=1.3.8,<=1.4.0``: the release's mmcv range, lower bound first."""
+    return ",".join(
+        sorted(RELEASES[(dist, version)].mmcv.split(","), key=lambda s: s.lstrip("<>="))
+    )
 
 
 def _name(spec: str) -> str:
