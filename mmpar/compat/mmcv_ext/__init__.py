@@ -18,7 +18,7 @@ mmpar's op. A name that mmcv-full has and mmpar does not supply is a
 * :mod:`.boxes2d`: ``nms``, ``softnms``, ``nms_match``, ``nms_rotated``,
   ``bbox_overlaps``, ``box_iou_rotated``;
 * :mod:`.conv`: ``deform_conv_*``, ``modulated_deform_conv_*``;
-* :mod:`.roi`: ``roi_align_*``, ``roi_pool_*``;
+* :mod:`.roi`: ``roi_align_forward/backward`` (avg);
 * :mod:`.voxel`: ``hard_voxelize_forward``, ``dynamic_voxelize_forward``,
   ``dynamic_point_to_voxel_forward/backward``;
 * :mod:`.boxes3d`: ``points_in_boxes_*``, ``iou3d_*``, ``roiaware_pool3d_*``,
@@ -40,8 +40,10 @@ from mmpar.compat.mmcv_ext import (
     attention,
     boxes2d,
     boxes3d,
+    conv,
     grouping,
     points,
+    roi,
     voxel,
 )
 from mmpar.compat.mmcv_ext.calls import NAME
@@ -52,7 +54,17 @@ __all__ = ["ENTRY_POINTS", "NAME", "ext_module"]
 ENTRY_POINTS: Dict[str, Callable[..., object]] = dict(
     sorted(
         (name, fn)
-        for family in (assign_score, attention, boxes2d, boxes3d, grouping, points, voxel)
+        for family in (
+            assign_score,
+            attention,
+            boxes2d,
+            boxes3d,
+            conv,
+            grouping,
+            points,
+            roi,
+            voxel,
+        )
         for name, fn in family.ENTRY_POINTS.items()
     )
 )

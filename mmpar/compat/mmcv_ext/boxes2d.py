@@ -1,10 +1,12 @@
-"""The 2D box entry points of ``mmcv._ext``: NMS (plain, soft, matched, rotated) and
-box overlaps, on :mod:`mmpar.compat.ops.nms`, :mod:`mmpar.compat.ops.bbox` and
-:mod:`mmpar.compat.ops.box_iou_rotated`.
+"""The 2D box entry points of ``mmcv._ext``: NMS (plain, soft, matched, rotated,
+quadrilateral) and box overlaps, on :mod:`mmpar.compat.ops.nms`,
+:mod:`mmpar.compat.ops.bbox`, :mod:`mmpar.compat.ops.box_iou_rotated` and
+:mod:`mmpar.compat.ops.box_iou_quadri`.
 
-Signatures are mmcv-full 1.7.2's pybind ones. ``nms``, ``softnms`` and ``nms_rotated``
-return indices; ``softnms`` also writes the rescored boxes into ``dets``; ``nms_match``
-returns lists of indices; ``bbox_overlaps`` and ``box_iou_rotated`` write into ``ious``.
+Signatures are mmcv-full 1.7.2's pybind ones. ``nms``, ``softnms``, ``nms_rotated``
+and ``nms_quadri`` return indices; ``softnms`` also writes the rescored boxes into
+``dets``; ``nms_match`` returns lists of indices; ``bbox_overlaps``,
+``box_iou_rotated`` and ``box_iou_quadri`` write into ``ious``.
 NaN/inf: as mmpar's ops. Differences from mmcv-full: ``softnms`` and ``nms_match`` run
 on any device (mmcv's: CPU only); ``offset=1`` is refused where ``mmcv.ops`` refuses it.
 """
@@ -17,18 +19,22 @@ from torch import Tensor
 
 from mmpar.compat.mmcv_ext.calls import where, write
 from mmpar.compat.ops.bbox import bbox_overlaps as _bbox_overlaps
+from mmpar.compat.ops.box_iou_quadri import box_iou_quadri as _box_iou_quadri
 from mmpar.compat.ops.box_iou_rotated import box_iou_rotated as _box_iou_rotated
 from mmpar.compat.ops.nms import nms as _nms
 from mmpar.compat.ops.nms import nms_match as _nms_match
+from mmpar.compat.ops.nms import nms_quadri as _nms_quadri
 from mmpar.compat.ops.nms import nms_rotated as _nms_rotated
 from mmpar.compat.ops.nms import soft_nms
 
 __all__ = [
     "ENTRY_POINTS",
     "bbox_overlaps",
+    "box_iou_quadri",
     "box_iou_rotated",
     "nms",
     "nms_match",
+    "nms_quadri",
     "nms_rotated",
     "softnms",
 ]
@@ -142,15 +148,60 @@ def nms_rotated(
         scores: ``(N,)`` float.
         order: The caller's descending score order; the order is taken from ``scores``.
         dets_sorted: ``dets[order]``; not read.
-        labels: ``(N,)``; as in mmcv 1.7.2, labels do not keep classes apart.
+        labels: ``(N,)``, or empty without ``multi_label``; as in mmcv 1.7.2, labels
+            do not keep classes apart.
         iou_threshold: IoU from which a lower-scored box is dropped.
         multi_label: Whether ``labels`` were given.
 
     Returns:
         ``(K,)`` long indices into ``dets``.
     """
-    del order, dets_sorted, multi_label
+    del order, dets_sorted
+    labels = labels if multi_label else None
     return _nms_rotated(dets[:, :5], scores, iou_threshold, labels=labels, clockwise=True)[1]
+
+
+def nms_quadri(
+    dets: Tensor,
+    scores: Tensor,
+    order: Tensor,
+    dets_sorted: Tensor,
+    iou_threshold: float,
+    multi_label: int,
+) -> Tensor:
+    """Greedy NMS of quadrilaterals: the kept indices, highest score first.
+
+    Args:
+        dets: ``(N, 8)`` float ``(x1, y1, ..., x4, y4)``, or ``(N, 9)`` with a label last
+            when ``multi_label``; as in mmcv 1.7.2, labels do not keep classes apart.
+        scores: ``(N,)`` float.
+        order: The caller's descending score order; the order is taken from ``scores``.
+        dets_sorted: ``dets[order]``; not read.
+        iou_threshold: IoU from which a lower-scored box is dropped.
+        multi_label: Whether ``dets`` carries labels.
+
+    Returns:
+        ``(K,)`` long indices into ``dets``.
+    """
+    del order, dets_sorted
+    labels = dets[:, 8] if multi_label else None
+    return _nms_quadri(dets[:, :8], scores, iou_threshold, labels=labels)[1]
+
+
+def box_iou_quadri(
+    boxes1: Tensor, boxes2: Tensor, ious: Tensor, mode_flag: int, aligned: bool
+) -> None:
+    """Quadrilateral IoU (``mode_flag`` 0) or IoF (1), written into ``ious``.
+
+    Args:
+        boxes1: ``(N, 8)`` ``(x1, y1, ..., x4, y4)``.
+        boxes2: ``(M, 8)``.
+        ious: ``(N * M,)``, or ``(N,)`` when ``aligned``: receives the overlaps.
+        mode_flag: 0 for IoU, 1 for IoF.
+        aligned: Overlaps of the pairs ``(boxes1[i], boxes2[i])`` only.
+    """
+    mode = _mode("box_iou_quadri", "mode_flag", mode_flag)
+    write("box_iou_quadri", "ious", ious, _box_iou_quadri(boxes1, boxes2, mode, bool(aligned)))
 
 
 def bbox_overlaps(
@@ -175,9 +226,11 @@ def bbox_overlaps(
 #: mmcv-full's entry-point name -> mmpar's function.
 ENTRY_POINTS: Dict[str, Callable[..., object]] = {
     "bbox_overlaps": bbox_overlaps,
+    "box_iou_quadri": box_iou_quadri,
     "box_iou_rotated": box_iou_rotated,
     "nms": nms,
     "nms_match": nms_match,
+    "nms_quadri": nms_quadri,
     "nms_rotated": nms_rotated,
     "softnms": softnms,
 }
