@@ -77,7 +77,8 @@ def ext_module(missing: Callable[[str], ImportError]) -> ModuleType:
         missing: Makes the error for a name that is not supplied, given its full name.
 
     Returns:
-        The module; looking up any other public name raises ``missing(name)``.
+        The module; looking up any other public name raises ``missing(name)``, a private
+        one ``AttributeError``.
     """
     module = ModuleType(NAME)
     module.__doc__ = f"mmpar's stand-in for {NAME} (see mmpar.compat.mmcv_ext)."
@@ -85,7 +86,10 @@ def ext_module(missing: Callable[[str], ImportError]) -> ModuleType:
     vars(module).update(ENTRY_POINTS)
 
     def __getattr__(attr: str) -> object:
-        if attr.startswith("__"):
+        # No entry point starts with "_": a private name is a plain AttributeError, so that
+        # hasattr() probes of every loaded module (mmcv.device.npu's for _check_balance)
+        # answer False instead of raising.
+        if attr.startswith("_"):
             raise AttributeError(f"module {NAME!r} has no attribute {attr!r}")
         raise missing(f"{NAME}.{attr}")
 
