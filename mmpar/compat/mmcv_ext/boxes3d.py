@@ -14,7 +14,10 @@ mmcv-full 1.7.2's pybind signatures, each writing into the caller's tensors:
   ``iou3d_nms3d_normal_forward(...)``: greedy NMS of boxes already in descending score
   order: the kept positions into ``keep[:K]``, ``K`` into the 0-d ``num_out``;
 * ``roiaware_pool3d_forward(rois, pts, pts_feature, argmax, pts_idx_of_voxels,
-  pooled_features, pool_method)`` (0 max, 1 avg) and ``roiaware_pool3d_backward(
+  pooled_features, pool_method)`` (0 max, 1 avg; the pooling of
+  :class:`~mmpar.compat.ops.roiaware_pool3d.RoIAwarePool3dFunction`, redone from the
+  same voxel members so that the in-box test runs once, with the argmax and the
+  per-voxel point lists the backward reads) and ``roiaware_pool3d_backward(
   pts_idx_of_voxels, argmax, grad_out, grad_in, pool_method)``, which adds into
   ``grad_in`` as the kernel's atomic adds;
 * ``roipoint_pool3d_forward(xyz, boxes3d, pts_feature, pooled_features,
@@ -31,7 +34,8 @@ from typing import Callable, Dict
 import torch
 from torch import Tensor
 
-from mmpar.compat.mmcv_ext.calls import write
+from mmpar.compat.mmcv_ext.calls import where, write
+from mmpar.compat.ops.backend import float_compute_dtype
 from mmpar.compat.ops.boxes3d.voxels import group_ranks, voxel_members
 from mmpar.compat.ops.iou3d import boxes_overlap_bev, nms3d, nms3d_normal
 from mmpar.compat.ops.points_in_boxes import (
@@ -161,27 +165,44 @@ def roiaware_pool3d_forward(
         pooled_features: ``(N, out_x, out_y, out_z, C)``, receives the pooled features.
         pool_method: 0 max, 1 avg.
     """
+    function = "roiaware_pool3d_forward"
     grid, slots = tuple(pts_idx_of_voxels.shape[1:4]), pts_idx_of_voxels.shape[-1]
+    if pool_method not in (0, 1):
+        raise ValueError(
+            f"{where(function)}: pool_method must be 0 (max) or 1 (avg), found {pool_method!r}"
+        )
+    # mmpar's op checks the arguments; its pooling is redone here from the same members
+    # (the in-box test, the costly part, once), with the argmax and the layout it keeps.
     with torch.no_grad():
-        pooled = RoIAwarePool3dFunction.apply(rois, pts, pts_feature, grid, slots, pool_method)
-    write("roiaware_pool3d_forward", "pooled_features", pooled_features, pooled)
+        RoIAwarePool3dFunction.apply(rois[:0], pts, pts_feature, grid, slots, pool_method)
     voxel, point = voxel_members(rois.detach(), pts.detach().to(rois.dtype), grid, slots - 1)
+    flat = pts_idx_of_voxels.view(-1, slots)
+    dtype = float_compute_dtype(pts_feature.dtype)
+    features = pts_feature.detach().to(dtype).index_select(0, point)
+    count = torch.bincount(voxel, minlength=flat.shape[0])
+    if pool_method == 1:
+        pooled = features.new_zeros(flat.shape[0], features.shape[1]).index_add_(0, voxel, features)
+        pooled /= count.clamp(min=1)[:, None].to(dtype)
+    else:
+        # The kernel's: NaN and -inf never taken, 0 where nothing is; its argmax the first
+        # point (in index order) holding the maximum, -1 where none.
+        values = features.masked_fill(torch.isnan(features), -torch.inf)
+        into = voxel[:, None].expand_as(values)
+        best = values.new_full((flat.shape[0], values.shape[1]), -torch.inf)
+        best.scatter_reduce_(0, into, values, "amax")
+        last = pts.shape[0]
+        candidate = torch.where(values == best.index_select(0, voxel), point[:, None], last)
+        first = torch.full_like(best, last, dtype=torch.long)
+        first.scatter_reduce_(0, into, candidate, "amin")
+        valid = best > -torch.inf
+        pooled = best.where(valid, 0)
+        write(function, "argmax", argmax, first.where(valid, -1))
+    write(function, "pooled_features", pooled_features, pooled)
     order = torch.argsort(voxel * max(pts.shape[0], 1) + point)
     voxel, point = voxel[order], point[order]
-    flat = pts_idx_of_voxels.view(-1, slots)
     flat.zero_()
-    flat[:, 0] = torch.bincount(voxel, minlength=flat.shape[0]).to(flat.dtype)
+    flat[:, 0] = count.to(flat.dtype)
     flat[voxel, 1 + group_ranks(voxel)] = point.to(flat.dtype)
-    if pool_method == 0:
-        # The first member (in index order) holding the voxel's maximum, per channel.
-        pooled = pooled.reshape(-1, pooled.shape[-1])
-        hit = pts_feature.detach().index_select(0, point) == pooled.index_select(0, voxel)
-        last = pts.shape[0]
-        first = torch.full(pooled.shape, last, dtype=torch.long, device=pooled.device)
-        first.scatter_reduce_(
-            0, voxel[:, None].expand_as(hit), torch.where(hit, point[:, None], last), "amin"
-        )
-        write("roiaware_pool3d_forward", "argmax", argmax, first.where(first < last, -1))
 
 
 def roiaware_pool3d_backward(
