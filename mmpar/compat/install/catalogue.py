@@ -140,7 +140,7 @@ RELEASES: Dict[Tuple[str, str], Release] = {
     ("mmdet3d", "0.18.0"): Release(">=1.3.8,<=1.5.0", _MMDET3D_018, extensions=11),
     ("mmdet3d", "0.18.1"): Release(">=1.3.8,<=1.5.0", _MMDET3D_018, extensions=11),
     ("mmdet", "2.14.0"): Release(">=1.3.8,<=1.4.0"),
-    ("mmdet", "2.19.1"): Release(">=1.3.17,<=1.5.0"),
+    ("mmdet", "2.19.1"): Release(">=1.3.8,<=1.5.0"),
     ("mmsegmentation", "0.14.1"): Release(">=1.3.1,<=1.4.0"),
     ("mmsegmentation", "0.20.2"): Release(">=1.3.13,<=1.5.0"),
 }
