@@ -10,6 +10,7 @@ from types import ModuleType
 from typing import Any, Dict, List, Optional, Tuple
 
 from mmpar.compat.cpu_dist import enable_cpu_dist
+from mmpar.compat.kitti_rotate_iou import mend_kitti_rotate_iou
 from mmpar.compat.mmcv_ops import resolve_mode, supply_mmcv_ops
 from mmpar.compat.mmcv_parallel import PACKAGE, PUBLIC, contents
 from mmpar.compat.mmdet3d017 import mend_mmdet3d017
@@ -63,7 +64,9 @@ def patch_mmcv(ops: Optional[str] = None) -> None:
     functions take them as the Python numbers they hold (see
     :mod:`mmpar.compat.opencv_scalars`). mmdet3d 1.0 builds its sparse
     convolutions from ``mmcv.ops`` where mmpar's serve, not from spconv 2, which
-    runs on CUDA only (see :mod:`mmpar.compat.mmdet3d_fixes`). mmdet3d 0.17.x and
+    runs on CUDA only (see :mod:`mmpar.compat.mmdet3d_fixes`); where ``numba.cuda``
+    finds no device, its KITTI evaluation gets its rotated IoU from mmpar (see
+    :mod:`mmpar.compat.kitti_rotate_iou`). mmdet3d 0.17.x and
     0.18.x get their 11 compiled extension modules from mmpar's 3D ops, and their
     sparse convolutions registered over mmcv's (see :mod:`mmpar.compat.mmdet3d017`).
 
@@ -87,6 +90,7 @@ def patch_mmcv(ops: Optional[str] = None) -> None:
     mend_opencv_scalars()
     supply_mmcv_ops(mode)
     mend_mmdet3d()
+    mend_kitti_rotate_iou()
     mend_mmdet3d017()
     enable_cpu_dist()
     current = sys.modules.get(PACKAGE)
