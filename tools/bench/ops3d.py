@@ -9,7 +9,8 @@ convolution (skipped when spconv is not installed), a plain-torch formulation of
 same work otherwise. Target: within 3x of the reference, and no slower than mmcv-full's
 kernel for voxelization and spconv's forward for SECOND's sparse encoder.
 
-``--quick``: small clouds and two rounds (a smoke run).
+``--quick``: small clouds and two rounds (a smoke run). One group alone, as a table:
+``python tools/bench/ops3d.py voxels [--quick]``.
 """
 
 from __future__ import annotations
@@ -17,8 +18,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 from pathlib import Path
-from types import ModuleType
-from typing import List
+from typing import List, Sequence
 
 import torch
 
@@ -26,33 +26,28 @@ BENCH_DIR = Path(__file__).resolve().parent
 GROUPS = ("points", "sampling", "boxes", "voxels", "sparse")
 
 
-def _load(name: str) -> ModuleType:
-    """``tools/bench/<name>.py``, registered in sys.modules under ``mmpar_bench_<name>``."""
-    key = f"mmpar_bench_{name}"
-    if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, BENCH_DIR / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[key] = module
-        spec.loader.exec_module(module)
-    return sys.modules[key]
+if str(BENCH_DIR) not in sys.path:
+    sys.path.insert(0, str(BENCH_DIR))  # the row modules import ops3d_common by name
+
+import ops3d_common as common  # noqa: E402
 
 
-def run(quick: bool = False) -> str:
+def run(quick: bool = False, groups: Sequence[str] = GROUPS) -> str:
     title = "## 3D ops: mmcv.ops stand-ins against a kernel"
     if importlib.util.find_spec("torchvision") is None:
         return f"{title}\n\nSkipped: torchvision is not installed (the mmcv-ops extra).\n"
-    ops = _load("ops")
+    ops = common.ops()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     rows: List[tuple] = []
     try:
-        for group in GROUPS:
-            if (BENCH_DIR / f"ops3d_{group}.py").is_file():
-                rows += _load(f"ops3d_{group}").rows(quick)
+        for group in groups:
+            rows += common.sibling(f"ops3d_{group}").rows(quick)
     finally:
         torch.set_num_threads(threads)
     return ops.render(title, rows, quick, "ops3d")
 
 
 if __name__ == "__main__":
-    print(run(quick="--quick" in sys.argv))
+    chosen = [a for a in sys.argv[1:] if a != "--quick"] or GROUPS
+    print(run(quick="--quick" in sys.argv, groups=chosen))

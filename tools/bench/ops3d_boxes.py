@@ -25,54 +25,18 @@ ratio is what the rotation costs).
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import math
-import os
-import sys
 import warnings
-from pathlib import Path
 from types import ModuleType
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, Tuple
 
+import ops3d_common as common
 import torch
 from torch import Tensor
 
 #: ``(op, case, reference, ours_s, reference_s, ratio, target)``, as ``ops.py``'s rows.
 Row = Tuple[str, str, str, float, float, float, str]
-ENV = "MMPAR_MMCV_FULL_EXT"
 CAR = (3.9, 1.6, 1.56)
-
-
-def _ops() -> ModuleType:
-    """``tools/bench/ops.py`` (its ``compare``), loaded as ``ops3d.py`` loads its siblings."""
-    key = "mmpar_bench_ops"
-    if key not in sys.modules:
-        path = Path(__file__).resolve().parent / "ops.py"
-        spec = importlib.util.spec_from_file_location(key, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[key] = module
-        spec.loader.exec_module(module)
-    return sys.modules[key]
-
-
-def mmcv_full_ext() -> Optional[ModuleType]:
-    """mmcv-full's compiled ``_ext`` from ``$MMPAR_MMCV_FULL_EXT`` (a file or a folder
-    holding ``_ext*.so``), under its own name; None when the variable is unset."""
-    where = os.environ.get(ENV)
-    if not where:
-        return None
-    path = Path(where)
-    if path.is_dir():
-        found = sorted(path.glob("_ext*.so"))
-        if not found:
-            raise FileNotFoundError(f"{ENV}={where}: no _ext*.so in that folder")
-        path = found[0]
-    loader = importlib.machinery.ExtensionFileLoader("_ext", str(path))
-    spec = importlib.util.spec_from_loader("_ext", loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
 
 
 def scene(n_points: int, n_boxes: int, seed: int) -> Tuple[Tensor, Tensor]:
@@ -157,7 +121,7 @@ def rows(quick: bool) -> List[Row]:
         points_in_boxes_cpu,
     )
 
-    compare = _ops().compare
+    compare = common.ops().compare
     rounds = 2 if quick else 5
     out: List[Row] = []
 
@@ -165,7 +129,7 @@ def rows(quick: bool) -> List[Row]:
         ours_s, ref_s, ratio = compare(ours, ref, rounds)
         out.append((op, case, ref_name, ours_s, ref_s, ratio, target))
 
-    ext = mmcv_full_ext()
+    ext = common.mmcv_full_ext()
     if ext is not None:
         n = 20000 if quick else 120000
         points, boxes = scene(n, 64, seed=0)
@@ -227,16 +191,3 @@ def rows(quick: bool) -> List[Row]:
                 "<= 3x",
             )
     return out
-
-
-if __name__ == "__main__":
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        for row in rows(quick="--quick" in sys.argv):
-            op, case, ref, ours_s, ref_s, ratio, target = row
-            print(
-                f"| {op} | {case} | {ref} | {ours_s:.4f} | {ref_s:.4f} | {ratio:.2f}x | {target} |"
-            )
-    finally:
-        torch.set_num_threads(threads)

@@ -19,12 +19,9 @@ is involved:
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Callable, List, Tuple
 
+import ops3d_common as common
 import torch
 from torch import Tensor
 
@@ -32,18 +29,6 @@ from torch import Tensor
 Row = Tuple[str, str, str, float, float, float, str]
 TARGET = "<= 3x"
 BLOCK = 256  # centres per block of the references' (B, block, N) distances
-
-
-def _ops() -> ModuleType:
-    """``tools/bench/ops.py`` (its ``compare``), loaded as ``ops3d.py`` loads its siblings."""
-    key = "mmpar_bench_ops"
-    if key not in sys.modules:
-        path = Path(__file__).resolve().parent / "ops.py"
-        spec = importlib.util.spec_from_file_location(key, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[key] = module
-        spec.loader.exec_module(module)
-    return sys.modules[key]
 
 
 def _blocks(centers: Tensor, fn: Callable[[Tensor], Tensor]) -> Tensor:
@@ -96,7 +81,7 @@ def rows(quick: bool) -> List[Row]:
     """The rows, timed on one thread."""
     from mmpar.compat.ops import ball_query, grouping_operation, knn, three_interpolate, three_nn
 
-    compare = _ops().compare
+    compare = common.ops().compare
     b, n, m = (2, 4096, 1024) if quick else (8, 16384, 4096)
     rounds = 2 if quick else 3
     gen = torch.Generator().manual_seed(0)
@@ -148,16 +133,3 @@ def rows(quick: bool) -> List[Row]:
         _backward(lambda: grouping_operation(group_features, groups)),
         _backward(lambda: ref_group(group_features, groups)))  # fmt: skip
     return out
-
-
-if __name__ == "__main__":
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        for row in rows(quick="--quick" in sys.argv):
-            op, case, ref, ours_s, ref_s, ratio, target = row
-            print(
-                f"| {op} | {case} | {ref} | {ours_s:.4f} | {ref_s:.4f} | {ratio:.2f}x | {target} |"
-            )
-    finally:
-        torch.set_num_threads(threads)

@@ -27,12 +27,9 @@ work, written directly:
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Callable, List, Tuple
 
+import ops3d_common as common
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -40,18 +37,6 @@ from torch import Tensor
 #: ``(op, case, reference, ours_s, reference_s, ratio, target)``, as ``ops.py``'s rows.
 Row = Tuple[str, str, str, float, float, float, str]
 TARGET = "<= 3x"
-
-
-def _ops() -> ModuleType:
-    """``tools/bench/ops.py`` (its ``compare``), loaded as ``ops3d.py`` loads its siblings."""
-    key = "mmpar_bench_ops"
-    if key not in sys.modules:
-        path = Path(__file__).resolve().parent / "ops.py"
-        spec = importlib.util.spec_from_file_location(key, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[key] = module
-        spec.loader.exec_module(module)
-    return sys.modules[key]
 
 
 def ref_fps(xyz: Tensor, m: int) -> Tensor:
@@ -177,7 +162,7 @@ def _correlation_rows(quick: bool, add: Callable) -> None:
 
 def rows(quick: bool) -> List[Row]:
     """The rows, timed on one thread."""
-    compare = _ops().compare
+    compare = common.ops().compare
     rounds = 2 if quick else 3
     out: List[Row] = []
 
@@ -195,9 +180,3 @@ def rows(quick: bool) -> List[Row]:
     finally:
         torch.set_num_threads(threads)
     return out
-
-
-if __name__ == "__main__":
-    for row in rows(quick="--quick" in sys.argv):
-        op, case, ref, ours_s, ref_s, ratio, target = row
-        print(f"| {op} | {case} | {ref} | {ours_s:.4f} | {ref_s:.4f} | {ratio:.2f}x | {target} |")

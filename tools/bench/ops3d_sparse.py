@@ -30,31 +30,17 @@ full resolution, as a KITTI frame.
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 from typing import Any, Callable, List, Tuple
 
+import ops3d_common as common
 import torch
 from torch import Tensor, nn
 
 #: ``(op, case, reference, ours_s, reference_s, ratio, target)``, as ``ops.py``'s rows.
 Row = Tuple[str, str, str, float, float, float, str]
 SPARSE_SHAPE = [41, 1600, 1408]
-
-
-def _ops() -> ModuleType:
-    """``tools/bench/ops.py`` (its ``compare``), loaded as ``ops3d.py`` loads its siblings."""
-    key = "mmpar_bench_ops"
-    if key not in sys.modules:
-        path = Path(__file__).resolve().parent / "ops.py"
-        spec = importlib.util.spec_from_file_location(key, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[key] = module
-        spec.loader.exec_module(module)
-    return sys.modules[key]
 
 
 def _ray_hits(dirs: Tensor) -> Tensor:
@@ -179,7 +165,7 @@ def rows(quick: bool) -> List[Row]:
         import spconv.pytorch as sp
     except ImportError:
         return []
-    compare = _ops().compare
+    compare = common.ops().compare
     rounds = 2 if quick else 7
     feats, coors = lidar_voxels(4000 if quick else 16000)
     ours_ns = _mmpar_modules()
@@ -223,11 +209,3 @@ def rows(quick: bool) -> List[Row]:
         )
         out.append((f"{name} (with its rulebook)", case, "spconv 2.3.8 CPU", *timing, "<= 3x"))
     return out
-
-
-if __name__ == "__main__":
-    torch.set_num_threads(1)
-    for row in rows("--quick" in sys.argv):
-        print(
-            f"{row[0]:45s} {row[3] * 1e3:9.1f} ms {row[4] * 1e3:9.1f} ms {row[5]:5.2f}x  {row[6]}"
-        )
