@@ -124,6 +124,63 @@ def test_finder_answers_the_imports(tmp_path, monkeypatch):
         monkeypatch.delitem(sys.modules, name)
 
 
+def _fake_mmdet3d(tmp_path, monkeypatch, files):
+    """A made-up ``mmdet3d`` package holding ``files`` (dotted name -> source)."""
+    for name, source in files.items():
+        parts = name.split(".")
+        folder = tmp_path.joinpath(*parts[:-1])
+        folder.mkdir(parents=True, exist_ok=True)
+        for parent in [folder, *folder.parents]:
+            if parent == tmp_path:
+                break
+            (parent / "__init__.py").touch()
+        (folder / f"{parts[-1]}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in [n for n in sys.modules if n == "mmdet3d" or n.startswith("mmdet3d.")]:
+        monkeypatch.delitem(sys.modules, name)
+    mend_mmdet3d017()
+
+
+def test_numba_errors_is_numba_core_errors():
+    pytest.importorskip("numba")
+    mend_mmdet3d017()
+    from numba.core.errors import NumbaPerformanceWarning as moved
+    from numba.errors import NumbaPerformanceWarning
+
+    assert NumbaPerformanceWarning is moved
+
+
+def test_sparse_convolutions_registered_by_mmcv_give_way(tmp_path, monkeypatch):
+    registry = pytest.importorskip("mmcv.cnn.bricks.registry")
+    layers = registry.CONV_LAYERS._module_dict
+    monkeypatch.setitem(layers, "SubMConv3d", type("SubMConv3d", (), {}))  # mmcv's (>= 1.4.6)
+    source = (
+        "from mmcv.cnn.bricks.registry import CONV_LAYERS\n"
+        "@CONV_LAYERS.register_module()\n"
+        "class SubMConv3d:\n    pass\n"
+    )
+    _fake_mmdet3d(tmp_path, monkeypatch, {"mmdet3d.ops.spconv.conv": source})
+    module = importlib.import_module("mmdet3d.ops.spconv.conv")  # no "already registered"
+    assert layers["SubMConv3d"] is module.SubMConv3d
+    for name in [n for n in sys.modules if n == "mmdet3d" or n.startswith("mmdet3d.")]:
+        monkeypatch.delitem(sys.modules, name)
+
+
+def test_cuda_bound_wrappers_run_on_the_cpu(tmp_path, monkeypatch):
+    # 0.17's wrapper allocates with torch.cuda.IntTensor: on the CPU, mmpar's op answers.
+    source = (
+        "def ball_query(min_radius, max_radius, sample_num, xyz, center_xyz):\n"
+        "    raise RuntimeError('torch.cuda.IntTensor')\n"
+    )
+    _fake_mmdet3d(tmp_path, monkeypatch, {"mmdet3d.ops.ball_query.ball_query": source})
+    module = importlib.import_module("mmdet3d.ops.ball_query.ball_query")
+    xyz = torch.rand(1, 20, 3)
+    found = module.ball_query(0.0, 0.5, 4, xyz, xyz[:, :5].contiguous())
+    assert torch.equal(found, ball_query(0.0, 0.5, 4, xyz, xyz[:, :5].contiguous()))
+    for name in [n for n in sys.modules if n == "mmdet3d" or n.startswith("mmdet3d.")]:
+        monkeypatch.delitem(sys.modules, name)
+
+
 # ------------------------------------------------------------------ spconv
 
 
