@@ -29,8 +29,8 @@ from mmpar.compat.ops.cc_attention import CrissCrossAttention
 from mmpar.compat.ops.chamfer_distance import chamfer_distance
 from mmpar.compat.ops.contour_expand import contour_expand
 from mmpar.compat.ops.convex_iou import convex_giou, convex_iou
-from mmpar.compat.ops.correlation import Correlation
 from mmpar.compat.ops.corner_pool import CornerPool
+from mmpar.compat.ops.correlation import Correlation
 from mmpar.compat.ops.deform_conv import DeformConv2d, DeformConv2dPack, deform_conv2d
 from mmpar.compat.ops.deform_roi_pool import (
     DeformRoIPool,
