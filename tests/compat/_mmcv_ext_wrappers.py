@@ -13,13 +13,15 @@ import sys
 import mmcv
 import mmcv.ops as ours
 import torch
-from mmcv.cnn import CONV_LAYERS
+from mmcv.cnn import CONV_LAYERS, UPSAMPLE_LAYERS
 
-register = CONV_LAYERS._register_module
-# The wrappers register DCN layers that mmpar's ops registered already.
-CONV_LAYERS._register_module = lambda module, module_name=None, force=False: register(
-    module, module_name, True
-)
+# The wrappers register layers (DCN, CARAFE) that mmpar's ops registered already.
+for registry in (CONV_LAYERS, UPSAMPLE_LAYERS):
+    registry._register_module = (
+        lambda register: (
+            lambda module, module_name=None, force=False: register(module, module_name, True)
+        )
+    )(registry._register_module)
 root = os.path.join(os.path.dirname(mmcv.__file__), "ops")
 
 
@@ -179,4 +181,25 @@ same(
     wrapper("box_iou_quadri").box_iou_quadri(quads, quads[:5]),
     ours.box_iou_quadri(quads, quads[:5]),
 )
+up = wrapper("carafe")
+feats = torch.randn(2, 4, 5, 6, generator=g, requires_grad=True)
+masks = torch.rand(2, 18, 10, 12, generator=g, requires_grad=True)
+for fn in ("carafe", "carafe_naive"):
+    a, b = getattr(up, fn)(feats, masks, 3, 2, 2), ours.carafe(feats, masks, 3, 2, 2)
+    same(fn, a, b)  # mmcv's CARAFE backward asserts CUDA tensors
+fl = wrapper("focal_loss")
+logits = torch.randn(6, 4, generator=g, requires_grad=True)
+labels = torch.tensor([0, 3, 1, 4, 2, 1])
+a, b = (
+    fl.sigmoid_focal_loss(logits, labels, 2.0, 0.25),
+    ours.sigmoid_focal_loss(logits, labels, 2.0, 0.25),
+)
+same("sigmoid_focal_loss", a, b)
+same("sigmoid_focal_loss grad", grads(a, logits), grads(b, logits))
+a, b = (
+    fl.softmax_focal_loss(logits, labels[:, None].clamp(max=3)[:, 0], 2.0, 0.25),
+    ours.softmax_focal_loss(logits, labels.clamp(max=3), 2.0, 0.25),
+)
+same("softmax_focal_loss", a, b)
+same("softmax_focal_loss grad", grads(a, logits), grads(b, logits))
 print("mismatches:", bad)

@@ -19,6 +19,9 @@ mmpar's op. A name that mmcv-full has and mmpar does not supply is a
   ``bbox_overlaps``, ``box_iou_rotated``;
 * :mod:`.conv`: ``deform_conv_*``, ``modulated_deform_conv_*``;
 * :mod:`.roi`: ``roi_align_forward/backward`` (avg);
+* :mod:`.upsample`: ``carafe_forward/backward``, ``carafe_naive_forward/backward``;
+* :mod:`.losses`: ``sigmoid_focal_loss_forward/backward``,
+  ``softmax_focal_loss_forward/backward``;
 * :mod:`.voxel`: ``hard_voxelize_forward``, ``dynamic_voxelize_forward``,
   ``dynamic_point_to_voxel_forward/backward``;
 * :mod:`.boxes3d`: ``points_in_boxes_*``, ``iou3d_*``, ``roiaware_pool3d_*``,
@@ -42,31 +45,34 @@ from mmpar.compat.mmcv_ext import (
     boxes3d,
     conv,
     grouping,
+    losses,
     points,
     roi,
+    upsample,
     voxel,
 )
 from mmpar.compat.mmcv_ext.calls import NAME
 
-__all__ = ["ENTRY_POINTS", "NAME", "ext_module"]
+__all__ = ["ENTRY_POINTS", "FAMILIES", "NAME", "ext_module"]
+
+#: The modules of entry points, one per op family.
+FAMILIES = (
+    assign_score,
+    attention,
+    boxes2d,
+    boxes3d,
+    conv,
+    grouping,
+    losses,
+    points,
+    roi,
+    upsample,
+    voxel,
+)
 
 #: mmcv-full's entry-point name -> mmpar's function.
 ENTRY_POINTS: Dict[str, Callable[..., object]] = dict(
-    sorted(
-        (name, fn)
-        for family in (
-            assign_score,
-            attention,
-            boxes2d,
-            boxes3d,
-            conv,
-            grouping,
-            points,
-            roi,
-            voxel,
-        )
-        for name, fn in family.ENTRY_POINTS.items()
-    )
+    sorted(item for family in FAMILIES for item in family.ENTRY_POINTS.items())
 )
 
 
