@@ -16,8 +16,8 @@ happen where a config runs.
 * ``codebase``: what a codebase's zoo takes (:class:`~mmpar_zoo.codebase.Codebase`)
   and the steps every codebase shares; ``codebases/`` holds one module per codebase
   (``det``: mmdet, ``rotate``: mmrotate, ``seg``: mmseg, ``ocr`` and
-  ``ocr_samples``: mmocr, ``edit``: mmedit, ``action``: mmaction2, ``build_only``:
-  mmpose, mmcls, mmtrack);
+  ``ocr_samples``: mmocr, ``edit``: mmedit, ``action``: mmaction2, ``det3d``,
+  ``det3d_scene`` and ``det3d_samples``: mmdet3d, ``build_only``: mmpose, mmcls, mmtrack);
 * ``needs``, ``batch``, ``checks``: the detection parts (mmdet's, and mmrotate's and
   mmocr's Mask R-CNN): what the model takes, its random batches, its results' form;
 * ``images``: the random images and image metas every codebase's batch is made of;
