@@ -124,7 +124,19 @@ CHILD = textwrap.dedent(
         pts = torch.tensor([[[1, 2, 3.3], [6, 7, 8]]])
         return points_in_boxes_gpu(pts, boxes).tolist(), points_in_boxes_batch(pts, boxes).tolist()
 
-    for name, fn in [("versions", versions), ("stand_ins", stand_ins), ("registered", registered),
+    def box_overlaps():
+        from mmdet3d.core.bbox import LiDARInstance3DBoxes
+        a = LiDARInstance3DBoxes(torch.tensor([[0.0, 0, 0, 2, 2, 2, 0], [5, 5, 0, 1, 1, 1, 0]]))
+        b = LiDARInstance3DBoxes(torch.tensor([[1.0, 0, 0, 2, 2, 2, 0]]))
+        return [round(v, 4) for v in LiDARInstance3DBoxes.overlaps(a, b).flatten().tolist()]
+
+    def naive_sync_bn():
+        from mmcv.cnn import build_norm_layer
+        norm = build_norm_layer(dict(type="naiveSyncBN2d"), 4)[1]
+        return tuple(norm(torch.rand(2, 4, 3, 3)).shape)
+
+    for name, fn in [("box_overlaps", box_overlaps), ("naive_sync_bn", naive_sync_bn),
+                     ("versions", versions), ("stand_ins", stand_ins), ("registered", registered),
                      ("numba_errors", numba_errors), ("pointnet", pointnet),
                      ("sparse_encoder", sparse_encoder), ("nms", nms),
                      ("points_in_boxes", points_in_boxes)]:
@@ -171,6 +183,8 @@ def test_imports(child, module) -> None:
         ("sparse_encoder", "ok (1, 256, 8, 8)"),
         ("nms", "ok [0, 2]"),
         ("points_in_boxes", "ok ([[0, -1]], [[[1], [0]]])"),
+        ("box_overlaps", "ok [0.3333, 0.0]"),
+        ("naive_sync_bn", "ok (2, 4, 3, 3)"),
     ],
 )
 def test_checks(child, check, expected) -> None:

@@ -8,7 +8,8 @@ they no longer build. :func:`mend_mmdet3d017` (called by
 (:mod:`.mount`: the finder; :mod:`.spconv_ext`, :mod:`.boxes_ext`, :mod:`.voxel_ext`,
 :mod:`.points_ext`, :mod:`.grouping_ext`: the functions, under their pybind names and
 signatures) and mends the rest that stops these versions on today's stack (:mod:`.mends`: the sparse
-convolutions that mmcv >= 1.4.6 registers too, ``numba.errors``; :mod:`.cpu_wrappers`:
+convolutions that mmcv >= 1.4.6 registers too, ``naiveSyncBN`` without a process group,
+``numba.errors``; :mod:`.cpu_wrappers`:
 the Python wrappers that allocate on CUDA whatever the device). numpy's removed
 aliases are :mod:`mmpar.compat.numpy_aliases`' work. It imports nothing until mmdet3d
 imports these modules.
@@ -17,7 +18,11 @@ imports these modules.
 from __future__ import annotations
 
 from mmpar.compat.mmdet3d017.cpu_wrappers import mend_cpu_wrappers
-from mmpar.compat.mmdet3d017.mends import mend_numba_errors, mend_sparse_conv_registry
+from mmpar.compat.mmdet3d017.mends import (
+    mend_naive_sync_bn,
+    mend_numba_errors,
+    mend_sparse_conv_registry,
+)
 from mmpar.compat.mmdet3d017.mount import EXTENSIONS, mount
 
 __all__ = ["EXTENSIONS", "mend_mmdet3d017"]
@@ -29,3 +34,4 @@ def mend_mmdet3d017() -> None:
     mend_sparse_conv_registry()
     mend_numba_errors()
     mend_cpu_wrappers()
+    mend_naive_sync_bn()

@@ -4,7 +4,9 @@ mmdet3d 0.17's wrappers allocate their outputs on CUDA whatever the inputs' devi
 (``torch.cuda.IntTensor(B, npoint, sample_num)`` in ``ball_query``, ``grouping_operation``,
 ``three_nn``, ``three_interpolate``, ``furthest_point_sample``, ``gather_points``), and
 ``nms_gpu`` / ``points_in_boxes_gpu`` call ``.cuda(device)`` and
-``torch.cuda.current_device()``: on a CPU they fail before reaching the extension.
+``torch.cuda.current_device()``, and ``BaseInstance3DBoxes.overlaps`` (the 3D IoU of
+PartA2's and SSN's assigners) moves the boxes to CUDA with ``.cuda()``: on a CPU they
+fail before reaching the extension.
 When each wrapper module is imported, its public functions are rebound to ones that
 call the original on CUDA tensors (the compiled extension, or mmpar's stand-in) and
 otherwise do the same work device-agnostically: mmpar's op (mmcv 1.7's version of the
@@ -26,6 +28,7 @@ from torch import Tensor
 from mmpar.compat.import_hook import on_import
 
 __all__ = [
+    "BOX3D_MODULE",
     "WRAPPERS",
     "mend_cpu_wrappers",
     "nms_gpu",
@@ -104,6 +107,52 @@ def points_in_boxes_batch(points: Tensor, boxes: Tensor) -> Tensor:
     return _in_boxes("points_in_boxes_batch", points, boxes, 0, (*points.shape[:2], boxes.shape[1]))
 
 
+def _box_overlaps(cls: Any, boxes1: Any, boxes2: Any, mode: str = "iou") -> Tensor:
+    """``BaseInstance3DBoxes.overlaps`` on the boxes' device: the 3D IoU (or IoF) of every
+    pair, the BEV overlap of the ``(x1, y1, x2, y2, ry)`` boxes times the height overlap."""
+    import importlib
+
+    module = importlib.import_module(BOX3D_MODULE)
+    if type(boxes1) is not type(boxes2) or mode not in ("iou", "iof"):
+        raise ValueError(
+            f"BaseInstance3DBoxes.overlaps: boxes of one type and mode 'iou' or 'iof' expected, "
+            f"found {type(boxes1).__name__}, {type(boxes2).__name__} and {mode!r}"
+        )
+    rows, cols = len(boxes1), len(boxes2)
+    if rows * cols == 0:
+        return boxes1.tensor.new_zeros(rows, cols)
+    height = cls.height_overlaps(boxes1, boxes2)
+    bev_a = module.xywhr2xyxyr(boxes1.bev).contiguous()
+    bev_b = module.xywhr2xyxyr(boxes2.bev).contiguous()
+    bev = bev_a.new_zeros(rows, cols)
+    module.iou3d_cuda.boxes_overlap_bev_gpu(bev_a, bev_b, bev)
+    inter = bev * height
+    volume1, volume2 = boxes1.volume.view(-1, 1), boxes2.volume.view(1, -1)
+    if mode == "iou":
+        return inter / torch.clamp(volume1 + volume2 - inter, min=1e-8)
+    return inter / torch.clamp(volume1, min=1e-8)
+
+
+def _mend_box_overlaps(module: ModuleType) -> None:
+    cls = module.BaseInstance3DBoxes
+    original = cls.overlaps.__func__
+    if getattr(original, "__mmpar_mended__", False):
+        return
+
+    @functools.wraps(original)
+    def overlaps(cls: Any, boxes1: Any, boxes2: Any, mode: str = "iou") -> Tensor:
+        if boxes1.tensor.is_cuda:
+            return original(cls, boxes1, boxes2, mode)
+        return _box_overlaps(cls, boxes1, boxes2, mode)
+
+    overlaps.__mmpar_mended__ = True  # type: ignore[attr-defined]
+    cls.overlaps = classmethod(overlaps)
+
+
+#: The module of ``BaseInstance3DBoxes``.
+BOX3D_MODULE = "mmdet3d.core.bbox.structures.base_box3d"
+
+
 def _mmpar(module: str, name: str) -> Callable[..., Any]:
     def get() -> Callable[..., Any]:
         import importlib
@@ -171,3 +220,4 @@ def mend_cpu_wrappers() -> None:
     """Rebind the wrappers of :data:`WRAPPERS` when (or if already) their modules are imported."""
     for name in WRAPPERS:
         on_import(name, _rebind)
+    on_import(BOX3D_MODULE, _mend_box_overlaps)

@@ -7,6 +7,11 @@
   runs, the names it registers are taken out of ``CONV_LAYERS`` where they hold a class
   of another module, so mmdet3d's own layers (on its own ``SparseConvTensor``) are the
   ones its configs build, as on the mmcv it was made for.
+* ``NaiveSyncBatchNorm1d/2d`` (``naiveSyncBN1d/2d``, the norm of the nuScenes and Lyft
+  PointPillars, SSN and RegNet configs) ask ``torch.distributed`` for its world size
+  without checking that a process group exists, which fails in a single process
+  (mmdet3d 1.0 checks ``dist.is_initialized()`` first). Without a process group the
+  mended ``forward`` is the plain batch norm's, as with a world of one.
 * ``numba.errors``, which numba 0.49 moved to ``numba.core.errors`` and later releases
   dropped: ``import numba.errors`` (mmdet3d 0.17's ``data_augment_utils``) gets a module
   holding ``numba.core.errors``' names, where numba has no ``numba.errors`` of its own.
@@ -14,20 +19,24 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import sys
 from importlib.abc import Loader, MetaPathFinder
 from importlib.machinery import ModuleSpec
 from types import ModuleType
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
+from mmpar.compat.import_hook import on_import
 from mmpar.compat.mmdet3d017.mount import before_import
 
 __all__ = [
-    "SPCONV_CONV_MODULE",
+    "NORM_MODULE",
     "SPARSE_CONV_NAMES",
+    "SPCONV_CONV_MODULE",
     "free_sparse_conv_names",
+    "mend_naive_sync_bn",
     "mend_numba_errors",
     "mend_sparse_conv_registry",
 ]
@@ -48,6 +57,32 @@ SPARSE_CONV_NAMES = (
     "SubMConv4d",
 )
 _NUMBA_ERRORS = "numba.errors"
+#: The module of mmdet3d 0.17's ``NaiveSyncBatchNorm1d/2d``.
+NORM_MODULE = "mmdet3d.ops.norm"
+
+
+def _mend_norms(module: ModuleType) -> None:
+    for name in ("NaiveSyncBatchNorm1d", "NaiveSyncBatchNorm2d"):
+        cls = getattr(module, name, None)
+        if cls is None or getattr(cls.forward, "__mmpar_mended__", False):
+            continue
+        forward, base = cls.forward, cls.__mro__[1]
+
+        @functools.wraps(forward)
+        def mended(self: Any, input: Any, _forward: Any = forward, _base: Any = base) -> Any:
+            import torch.distributed as dist
+
+            if not (dist.is_available() and dist.is_initialized()):
+                return _base.forward(self, input)
+            return _forward(self, input)
+
+        mended.__mmpar_mended__ = True  # type: ignore[attr-defined]
+        cls.forward = mended
+
+
+def mend_naive_sync_bn() -> None:
+    """Make ``naiveSyncBN1d/2d`` a plain batch norm where no process group exists."""
+    on_import(NORM_MODULE, _mend_norms)
 
 
 def free_sparse_conv_names() -> None:
