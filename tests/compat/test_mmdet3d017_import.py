@@ -135,7 +135,20 @@ CHILD = textwrap.dedent(
         norm = build_norm_layer(dict(type="naiveSyncBN2d"), 4)[1]
         return tuple(norm(torch.rand(2, 4, 3, 3)).shape)
 
-    for name, fn in [("box_overlaps", box_overlaps), ("naive_sync_bn", naive_sync_bn),
+    def pyramids():
+        from mmdet.models import build_neck
+        from mmseg.models import build_head
+        xs = [torch.rand(2, 8, 16, 16, requires_grad=True), torch.rand(2, 16, 8, 8)]
+        fpn = build_neck(dict(type="FPN", in_channels=[8, 16], out_channels=8, num_outs=3,
+                              act_cfg=dict(type="ReLU")))
+        sum(o.sum() for o in fpn(xs)).backward()
+        head = build_head(dict(type="UPerHead", in_channels=[8, 16], in_index=[0, 1],
+                               pool_scales=(1, 2), channels=8, num_classes=3))
+        head(xs).sum().backward()
+        return tuple(xs[0].grad.shape)
+
+    for name, fn in [("pyramids", pyramids), ("box_overlaps", box_overlaps),
+                     ("naive_sync_bn", naive_sync_bn),
                      ("versions", versions), ("stand_ins", stand_ins), ("registered", registered),
                      ("numba_errors", numba_errors), ("pointnet", pointnet),
                      ("sparse_encoder", sparse_encoder), ("nms", nms),
@@ -185,6 +198,7 @@ def test_imports(child, module) -> None:
         ("points_in_boxes", "ok ([[0, -1]], [[[1], [0]]])"),
         ("box_overlaps", "ok [0.3333, 0.0]"),
         ("naive_sync_bn", "ok (2, 4, 3, 3)"),
+        ("pyramids", "ok (2, 8, 16, 16)"),
     ],
 )
 def test_checks(child, check, expected) -> None:
