@@ -40,7 +40,7 @@ from torch import Tensor
 
 from mmpar.compat.ops.backend import ArgumentError, check_int
 from mmpar.compat.ops.points import at_least, k_smallest, search_chunk, sq_dist_chunks
-from mmpar.compat.ops.points.checks import check_like, check_points
+from mmpar.compat.ops.points.checks import check_like, check_points, kernel_xyz
 
 __all__ = ["knn"]
 
@@ -54,18 +54,7 @@ _FAR = 1e10
 def _as_rows(name: str, value: object, transposed: bool) -> Tensor:
     """``value`` checked, as the ``(B, N, 3)`` points mmcv's kernel reads from it."""
     points = check_points(_OP, name, value, "(B, C, N)" if transposed else "(B, N, C)")
-    rows = points.transpose(1, 2) if transposed else points
-    b, n, dims = rows.shape
-    if dims == 3:
-        return rows
-    if dims < 3:
-        raise ValueError(
-            f"{_OP}: {name} must have 3 coordinates per point (or more, read as mmcv reads "
-            f"them), found {dims}"
-        )
-    # The kernel reads point i of cloud b at offset (b * N + i) * 3 of the contiguous
-    # (B, N, C) buffer: with C > 3, its first B * N * 3 values as (B, N, 3).
-    return rows.contiguous().view(-1)[: b * n * 3].view(b, n, 3)
+    return kernel_xyz(_OP, name, points.transpose(1, 2) if transposed else points)
 
 
 def _check_k(k: int) -> int:

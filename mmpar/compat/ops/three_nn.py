@@ -13,6 +13,10 @@ NaN/inf: as the kernel's ``d < best`` tests, a point at a NaN distance, or at ``
 farther, is never taken. No gradient reaches the inputs: as mmcv's ``backward``, the
 distances come out of an autograd function whose gradient is None.
 
+Points of more than 3 values (mmdet3d's SASSD passes its ``(B, N, 4)`` points): read as
+mmcv's kernel reads them, the buffer's first ``B * N * 3`` values as ``(B, N, 3)``
+(:func:`~mmpar.compat.ops.points.checks.kernel_xyz`); fewer than 3 is a ``ValueError``.
+
 Differences from mmcv-full: inputs need not be contiguous; bfloat16 works (mmcv takes
 float16, float32 and float64). mmcv's CUDA build may fuse the kernel's products into its
 sums, which can change the last bit of a distance; here every operation is rounded.
@@ -27,7 +31,7 @@ from torch import Tensor
 from torch.autograd import Function
 
 from mmpar.compat.ops.points import at_least, k_smallest, search_chunk, sq_dist_chunks
-from mmpar.compat.ops.points.checks import check_like, check_points
+from mmpar.compat.ops.points.checks import check_like, check_points, kernel_xyz
 
 __all__ = ["three_nn"]
 
@@ -68,7 +72,8 @@ def three_nn(target: Tensor, source: Tensor) -> Tuple[Tensor, Tensor]:
     """The three nearest source points of each target point.
 
     Args:
-        target: ``(B, N, 3)`` float, the points whose neighbours are searched.
+        target: ``(B, N, 3)`` float, the points whose neighbours are searched (``(B, N, C)``
+            with ``C > 3`` is read as mmcv's kernel reads it, see above).
         source: ``(B, M, 3)`` float, the points searched, same dtype and device.
 
     Returns:
@@ -80,8 +85,8 @@ def three_nn(target: Tensor, source: Tensor) -> Tuple[Tensor, Tensor]:
         TypeError: A non-float input.
         ValueError: Wrong shapes, or different dtypes, devices or batch sizes.
     """
-    target = check_points(_OP, "target", target, "(B, N, 3)")
-    source = check_points(_OP, "source", source, "(B, M, 3)")
+    target = kernel_xyz(_OP, "target", check_points(_OP, "target", target, "(B, N, C)"))
+    source = kernel_xyz(_OP, "source", check_points(_OP, "source", source, "(B, M, C)"))
     check_like(_OP, "source", source, "target", target)
     if target.shape[0] != source.shape[0]:
         raise ValueError(

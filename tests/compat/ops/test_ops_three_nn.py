@@ -172,9 +172,29 @@ def test_bad_input() -> None:
     target, source = torch.rand(2, 5, 3), torch.rand(2, 4, 3)
     with pytest.raises(TypeError, match="three_nn: target must be a floating-point tensor"):
         three_nn(target.long(), source)
-    with pytest.raises(ValueError, match=r"three_nn: source must have shape \(B, M, 3\), found"):
+    with pytest.raises(ValueError, match="three_nn: source must have 3 coordinates per point"):
         three_nn(target, source[..., :2])
+    with pytest.raises(ValueError, match=r"three_nn: source must have shape \(B, M, C\), found"):
+        three_nn(target, source[0])
     with pytest.raises(TypeError, match="source must have the dtype of target"):
         three_nn(target, source.double())
     with pytest.raises(ValueError, match="same batch size, found 2 and 1"):
         three_nn(target, source[:1])
+
+
+def test_points_of_more_values_are_read_as_the_kernel_reads_its_buffer() -> None:
+    """mmdet3d's SASSD passes (B, N, 4) points: mmcv's kernel reads point i of cloud b at
+    offset (b * N + i) * 3 of the buffer, so models trained with it saw those points."""
+    gen = torch.Generator().manual_seed(5)
+    target, source = torch.rand(2, 6, 4, generator=gen), torch.rand(2, 5, 4, generator=gen)
+
+    def as_kernel_reads(x: torch.Tensor) -> list:
+        flat = x.flatten().tolist()
+        b, n = x.shape[:2]
+        return [[flat[(i * n + j) * 3 : (i * n + j) * 3 + 3] for j in range(n)] for i in range(b)]
+
+    dist, idx = three_nn(target, source)
+    read_t, read_s = torch.tensor(as_kernel_reads(target)), torch.tensor(as_kernel_reads(source))
+    ref_dist, ref_idx = expected(read_t, read_s)
+    assert idx.tolist() == ref_idx
+    assert torch.equal(dist, ref_dist)

@@ -7,7 +7,14 @@ from typing import Any, List, Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["check_batch_cnt", "check_index", "check_index_range", "check_points", "check_like"]
+__all__ = [
+    "check_batch_cnt",
+    "check_index",
+    "check_index_range",
+    "check_like",
+    "check_points",
+    "kernel_xyz",
+]
 
 
 def _found(value: Any) -> str:
@@ -41,6 +48,33 @@ def check_points(op: str, name: str, value: Any, layout: str) -> Tensor:
         raise TypeError(f"{op}: {name} must be a floating-point tensor, found {_found(value)}")
     _check_shape(op, name, value, layout)
     return value
+
+
+def kernel_xyz(op: str, name: str, rows: Tensor) -> Tensor:
+    """The ``(B, N, 3)`` points that mmcv's point kernels read from a ``(B, N, C)`` buffer.
+
+    The kernels read point ``i`` of cloud ``b`` at offset ``(b * N + i) * 3`` of the
+    contiguous buffer, whatever ``C`` is: with ``C > 3`` (mmdet3d's DGCNN features, SASSD's
+    points with their intensity) they read the buffer's first ``B * N * 3`` values as
+    ``(B, N, 3)`` points, and models trained with mmcv-full saw those.
+
+    Args:
+        op: The op's name for the message.
+        name: The argument's name.
+        rows: ``(B, N, C)`` float.
+
+    Raises:
+        ValueError: ``C < 3`` (mmcv's kernels read past the buffer).
+    """
+    b, n, dims = rows.shape
+    if dims == 3:
+        return rows
+    if dims < 3:
+        raise ValueError(
+            f"{op}: {name} must have 3 coordinates per point (or more, read as mmcv reads "
+            f"them), found {dims}"
+        )
+    return rows.contiguous().view(-1)[: b * n * 3].view(b, n, 3)
 
 
 def check_like(op: str, name: str, value: Tensor, ref_name: str, ref: Tensor) -> None:
