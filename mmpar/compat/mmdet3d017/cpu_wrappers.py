@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 from mmpar.compat.import_hook import on_import
+from mmpar.compat.ops.backend import ArgumentError
 
 __all__ = [
     "BOX3D_MODULE",
@@ -114,7 +115,7 @@ def _box_overlaps(cls: Any, boxes1: Any, boxes2: Any, mode: str = "iou") -> Tens
 
     module = importlib.import_module(BOX3D_MODULE)
     if type(boxes1) is not type(boxes2) or mode not in ("iou", "iof"):
-        raise ValueError(
+        raise ArgumentError(  # mmdet3d asserts these
             f"BaseInstance3DBoxes.overlaps: boxes of one type and mode 'iou' or 'iof' expected, "
             f"found {type(boxes1).__name__}, {type(boxes2).__name__} and {mode!r}"
         )
