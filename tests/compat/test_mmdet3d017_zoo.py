@@ -39,6 +39,10 @@ SUBSET: List[str] = [
     "pointpillars/hv_pointpillars_secfpn_6x8_160e_kitti-3d-car.py",
     # furthest_point_sample_ext, ball_query_ext, group_points_ext, nms_normal_gpu
     "votenet/votenet_16x8_sunrgbd-3d-10class.py",
+    # sparse_conv_ext, roiaware_pool3d_ext, BaseInstance3DBoxes.overlaps on the CPU
+    "parta2/hv_PartA2_secfpn_2x8_cyclic_80e_kitti-3d-3class.py",
+    # naiveSyncBN without a process group, mmdet 2.14's FPN with ReLU laterals
+    "pointpillars/hv_pointpillars_fpn_sbn-all_2x8_2x_lyft-3d.py",
 ]
 
 
