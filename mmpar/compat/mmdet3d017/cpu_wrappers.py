@@ -135,6 +135,8 @@ def _box_overlaps(cls: Any, boxes1: Any, boxes2: Any, mode: str = "iou") -> Tens
 
 
 def _mend_box_overlaps(module: ModuleType) -> None:
+    if not hasattr(module, "iou3d_cuda"):
+        return  # mmdet3d >= 1.0: mmcv.ops' overlap, on the boxes' device already
     cls = module.BaseInstance3DBoxes
     original = cls.overlaps.__func__
     if getattr(original, "__mmpar_mended__", False):

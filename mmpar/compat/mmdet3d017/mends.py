@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+import inspect
 import sys
 from importlib.abc import Loader, MetaPathFinder
 from importlib.machinery import ModuleSpec
@@ -66,6 +67,8 @@ def _mend_norms(module: ModuleType) -> None:
         cls = getattr(module, name, None)
         if cls is None or getattr(cls.forward, "__mmpar_mended__", False):
             continue
+        if "is_initialized" in inspect.getsource(inspect.unwrap(cls.forward)):
+            continue  # mmdet3d >= 1.0 checks for a process group itself
         forward, base = cls.forward, cls.__mro__[1]
 
         @functools.wraps(forward)
