@@ -19,6 +19,7 @@ submodule runs, so they, and every later importer, get the rebound function.
 from __future__ import annotations
 
 import functools
+import sys
 from types import ModuleType
 from typing import Any, Callable, Dict, Optional, Tuple
 
@@ -40,9 +41,8 @@ __all__ = [
 
 
 def _ext(name: str) -> ModuleType:
-    import importlib
-
-    return importlib.import_module(f"mmdet3d.ops.{name}")
+    # Imported by the mmdet3d wrapper module being mended (mmpar's stand-in, or a build).
+    return sys.modules[f"mmdet3d.ops.{name}"]
 
 
 def _nms(
@@ -111,9 +111,7 @@ def points_in_boxes_batch(points: Tensor, boxes: Tensor) -> Tensor:
 def _box_overlaps(cls: Any, boxes1: Any, boxes2: Any, mode: str = "iou") -> Tensor:
     """``BaseInstance3DBoxes.overlaps`` on the boxes' device: the 3D IoU (or IoF) of every
     pair, the BEV overlap of the ``(x1, y1, x2, y2, ry)`` boxes times the height overlap."""
-    import importlib
-
-    module = importlib.import_module(BOX3D_MODULE)
+    module = sys.modules[BOX3D_MODULE]  # the mended class's own module
     if type(boxes1) is not type(boxes2) or mode not in ("iou", "iof"):
         raise ArgumentError(  # mmdet3d asserts these
             f"BaseInstance3DBoxes.overlaps: boxes of one type and mode 'iou' or 'iof' expected, "
@@ -158,9 +156,9 @@ BOX3D_MODULE = "mmdet3d.core.bbox.structures.base_box3d"
 
 def _mmpar(module: str, name: str) -> Callable[..., Any]:
     def get() -> Callable[..., Any]:
-        import importlib
+        from mmpar.compat.ops import MODULES
 
-        return getattr(importlib.import_module(f"mmpar.compat.ops.{module}"), name)
+        return getattr(MODULES[module], name)
 
     return get
 

@@ -20,8 +20,6 @@
 from __future__ import annotations
 
 import functools
-import importlib
-import importlib.util
 import inspect
 import sys
 from importlib.abc import Loader, MetaPathFinder
@@ -119,7 +117,8 @@ class _NumbaErrors(MetaPathFinder, Loader):
         return ModuleSpec(fullname, self)
 
     def create_module(self, spec: ModuleSpec) -> ModuleType:
-        errors = importlib.import_module("numba.core.errors")
+        from numba.core import errors
+
         module = ModuleType(
             spec.name, "numba.core.errors under its old name (see mmpar.compat.mmdet3d017.mends)."
         )
