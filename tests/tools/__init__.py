@@ -1,0 +1,1 @@
+"""Tests of the repository's tools/ scripts and their helper packages."""
