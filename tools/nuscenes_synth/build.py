@@ -190,8 +190,7 @@ def generate(
 
 
 def _write_map_expansion(root: Path, routes: list[np.ndarray]) -> None:
-    try:
-        from nuscenes_synth import maps
-    except ImportError:  # written by its own module once that lands
-        return
-    maps.write_expansion(root, tables.LOCATION, routes)
+    """The map expansion of all four locations (research code opens every one)."""
+    from nuscenes_synth import maps
+
+    maps.write_expansions(root, {tables.LOCATION: routes})
