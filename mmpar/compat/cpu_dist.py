@@ -10,8 +10,9 @@ Three places in those codebases assume CUDA:
 - Training functions that wrap the model themselves, as mmdet did before
   ``build_dp``: ``MMDataParallel(model.cuda(cfg.gpu_ids[0]), ...)`` and
   ``MMDistributedDataParallel(model.cuda(), device_ids=[torch.cuda.current_device()],
-  ...)`` (mmrotate 0.x's and mmdet3d 1.0's ``train_detector``,
-  :data:`CUDA_TRAIN_FUNCTIONS`).
+  ...)`` (mmrotate 0.x's and mmdet3d 1.0's ``train_detector``, and the
+  ``custom_train_detector`` of BEVFormer's plugin and of VAD and UniAD, which keep its
+  layout: :data:`CUDA_TRAIN_FUNCTIONS`).
 - mmrotate 0.x's ``RotatedAnchorHead.get_anchors`` calls mmdet 2.x's
   ``grid_priors(featmap_sizes, dtype=torch.float32, device='cuda')`` as
   ``grid_priors(featmap_sizes, device)``: the device lands in ``dtype`` and the
@@ -51,6 +52,10 @@ BUILD_DDP_MODULES = ("mmdet.utils.util_distribution", "mmseg.utils.util_distribu
 CUDA_TRAIN_FUNCTIONS = (
     ("mmrotate.apis.train", "train_detector"),
     ("mmdet3d.apis.train", "train_detector"),
+    # BEVFormer's plugin layout, which the camera-only driving stacks built on it keep
+    ("projects.mmdet3d_plugin.bevformer.apis.mmdet_train", "custom_train_detector"),
+    ("projects.mmdet3d_plugin.VAD.apis.mmdet_train", "custom_train_detector"),
+    ("projects.mmdet3d_plugin.uniad.apis.mmdet_train", "custom_train_detector"),
 )
 #: Anchor generators, as (module, class) pairs, whose ``grid_priors`` is called with
 #: the device where its ``dtype`` goes.
