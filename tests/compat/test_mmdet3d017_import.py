@@ -147,7 +147,18 @@ CHILD = textwrap.dedent(
         head(xs).sum().backward()
         return tuple(xs[0].grad.shape)
 
-    for name, fn in [("pyramids", pyramids), ("box_overlaps", box_overlaps),
+    def semantic_head():
+        from mmdet.models import build_head as build_mmdet_head
+        feats = [torch.rand(2, 8, 16, 16, requires_grad=True), torch.rand(2, 8, 8, 8)]
+        head = build_mmdet_head(dict(type="FusedSemanticHead", num_ins=2, fusion_level=1,
+                                     num_convs=1, in_channels=8, conv_out_channels=8,
+                                     num_classes=3))
+        pred, embedding = head(feats)
+        (pred.sum() + embedding.sum()).backward()
+        return tuple(pred.shape), tuple(feats[0].grad.shape)
+
+    for name, fn in [("pyramids", pyramids), ("semantic_head", semantic_head),
+                     ("box_overlaps", box_overlaps),
                      ("naive_sync_bn", naive_sync_bn),
                      ("versions", versions), ("stand_ins", stand_ins), ("registered", registered),
                      ("numba_errors", numba_errors), ("pointnet", pointnet),
@@ -199,6 +210,8 @@ def test_imports(child, module) -> None:
         ("box_overlaps", "ok [0.3333, 0.0]"),
         ("naive_sync_bn", "ok (2, 4, 3, 3)"),
         ("pyramids", "ok (2, 8, 16, 16)"),
+        # HTC's FusedSemanticHead adds into its ReLU lateral in place
+        ("semantic_head", "ok ((2, 3, 8, 8), (2, 8, 16, 16))"),
     ],
 )
 def test_checks(child, check, expected) -> None:

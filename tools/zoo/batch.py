@@ -81,7 +81,7 @@ def train_sample(
         elif key == "gt_semantic_seg":
             size = tuple(int(round(s * needs.seg_scale)) for s in pad)
             seg = rng.integers(0, needs.seg_classes, size).astype(needs.seg_dtype)
-            sample[key] = DC(torch.from_numpy(seg[None]), padding_value=255, stack=True)
+            sample[key] = DC(torch.from_numpy(seg[None]), padding_value=needs.seg_pad, stack=True)
         elif key == "proposals":
             sample[key] = DC(torch.from_numpy(_proposals(rng, boxes, shape)))
         elif key == "gt_bboxes_ignore":

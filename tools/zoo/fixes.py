@@ -22,6 +22,11 @@ the docs count what each one lets pass. None of them touches mmpar or mmcv.ops.
   one-hot encodes the labels in torch, which refuses a negative one. mmdet3d's
   ImVoxelNet head labels its background -1: on the CPU, a label below 0 is taken as
   ``num_classes`` (background), as the kernel takes it.
+* ``rpn-old-keys``: mmdet3d 0.17's nuImages configs give their RPNs the keys of mmdet
+  before 2.12 (``nms_thr``, ``max_num``), which the ``RPNHead`` of mmdet 2.14 (the one
+  mmdet3d 0.17 asks for) no longer reads: it fails on ``cfg.nms``. An RPN config
+  without ``nms`` gets ``nms=dict(type='nms', iou_threshold=nms_thr)`` and
+  ``max_per_img=max_num``, the translation mmdet 2.14's own ``GARPNHead`` makes.
 """
 
 from __future__ import annotations
@@ -111,11 +116,51 @@ def _focal_background() -> List[str]:
     return ["FocalLoss.forward"]
 
 
+def _new_rpn_keys(cfg: Any) -> Any:
+    """A copy of an RPN config in the old keys with ``nms`` and ``max_per_img``; else ``cfg``."""
+    import copy
+
+    if not isinstance(cfg, dict) or "nms" in cfg or "nms_thr" not in cfg:
+        return cfg
+    cfg = copy.deepcopy(cfg)
+    cfg["nms"] = type(cfg)(type="nms", iou_threshold=cfg.pop("nms_thr"))
+    if "max_num" in cfg:
+        cfg.setdefault("max_per_img", cfg.pop("max_num"))
+    return cfg
+
+
+def _read_old_keys(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``RPNHead._get_bboxes_single`` with its ``cfg`` (or its ``test_cfg``) in the new keys."""
+    signature = inspect.signature(method)
+
+    @functools.wraps(method)
+    def mended(self: Any, *args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(self, *args, **kwargs)
+        cfg = bound.arguments.get("cfg")
+        bound.arguments["cfg"] = _new_rpn_keys(self.test_cfg if cfg is None else cfg)
+        return method(*bound.args, **bound.kwargs)
+
+    mended.__mmpar_zoo_fix__ = True  # type: ignore[attr-defined]
+    return mended
+
+
+def _rpn_old_keys() -> List[str]:
+    from mmdet.models.dense_heads import RPNHead
+
+    method = RPNHead.__dict__.get("_get_bboxes_single")
+    if method is None or "cfg" not in inspect.signature(method).parameters:
+        return []
+    if not getattr(method, "__mmpar_zoo_fix__", False):
+        RPNHead._get_bboxes_single = _read_old_keys(method)
+    return ["RPNHead._get_bboxes_single"]
+
+
 #: Fix name -> (the codebases it applies to, what applies it).
 FIXES: Dict[str, Any] = {
     "prior-device": (("mmdet", "mmrotate", "mmocr", "mmdet3d"), _prior_device),
     "prior-device-3d": (("mmdet3d",), _prior_device_3d),
     "focal-background": (("mmdet3d",), _focal_background),
+    "rpn-old-keys": (("mmdet3d",), _rpn_old_keys),
 }
 
 

@@ -73,6 +73,7 @@ class Needs:
         self.divisor = _divisor(train, model)
         self.fixed_size = _fixed_input_size(model)
         self.things, self.seg_classes = _class_counts(model)
+        self.seg_pad = _seg_ignore(model)
         #: Rotated boxes (cx, cy, w, h, angle) instead of (x1, y1, x2, y2): mmrotate's.
         self.rotated = False
 
@@ -109,6 +110,16 @@ def _fixed_input_size(model: Any) -> Optional[int]:
         if isinstance(node.get("input_size"), int) and "anchor" in str(node.get("type")).lower():
             return int(node["input_size"])
     return None
+
+
+def _seg_ignore(model: Any) -> int:
+    """The label that pads semantic maps: 255, or a semantic head's ``ignore_label``.
+
+    mmdet 2.14's ``FusedSemanticHead`` ignores its ``ignore_label`` alone; mmdet3d 0.17's
+    nuImages HTC configs set it to 0, the label their maps are padded with.
+    """
+    found = [n["ignore_label"] for n in dicts(model) if isinstance(n.get("ignore_label"), int)]
+    return found[0] if found else 255
 
 
 def _class_counts(model: Any) -> Tuple[int, int]:

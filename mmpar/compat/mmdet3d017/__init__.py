@@ -13,7 +13,8 @@ that stops these versions, and the mmdet and mmseg they pin, on today's stack:
 * :mod:`.mends`: the sparse convolutions that mmcv >= 1.4.6 registers too,
   ``naiveSyncBN`` without a process group, ``numba.errors``;
 * :mod:`.cpu_wrappers`: the Python wrappers that allocate on CUDA whatever the device;
-* :mod:`.old_pins`: mmdet 2.14's and mmseg 0.14's in-place feature pyramids.
+* :mod:`.old_pins`: mmdet 2.14's and mmseg 0.14's in-place feature pyramids (and HTC's
+  semantic head).
 
 numpy's removed aliases are :mod:`mmpar.compat.numpy_aliases`' work. Nothing is
 imported until mmdet3d, mmdet or mmseg import these modules.

@@ -11,6 +11,10 @@ releases write ``laterals[i - 1] = laterals[i - 1] + ...``. For a class whose ``
 still adds in place, each lateral convolution of an instance hands its output on as a
 copy (a forward hook), so the sum is made in the copy: the same values and gradients.
 A class that no longer adds in place (mmdet >= 2.18, mmseg >= 0.17) is left alone.
+
+mmdet 2.14's ``FusedSemanticHead`` (HTC's semantic branch, mmdet3d 0.17's nuImages
+HTC configs) adds each level into its fusion level's lateral, a ReLU's output, the
+same way (``x += self.lateral_convs[i](feat)``), and is mended the same way.
 """
 
 from __future__ import annotations
@@ -30,17 +34,19 @@ IN_PLACE_PYRAMIDS: Dict[str, Tuple[str, ...]] = {
     "mmdet.models.necks.pafpn": ("PAFPN",),
     "mmseg.models.necks.fpn": ("FPN",),
     "mmseg.models.decode_heads.uper_head": ("UPerHead",),
+    "mmdet.models.roi_heads.mask_heads.fused_semantic_head": ("FusedSemanticHead",),
 }
-_MARK = "laterals[i - 1] +="
+#: The in-place sums into a lateral's output, as the classes' sources write them.
+_MARKS = ("laterals[i - 1] +=", "x += self.lateral_convs[i]")
 
 
 def adds_in_place(cls: type) -> bool:
-    """Whether ``cls.forward``'s source adds into ``laterals[i - 1]`` in place."""
+    """Whether ``cls.forward``'s source adds into a lateral's output in place."""
     try:
         source = inspect.getsource(inspect.unwrap(cls.forward))
     except (OSError, TypeError):
         return False
-    return _MARK in source
+    return any(mark in source for mark in _MARKS)
 
 
 def _copy_output(module: Any, inputs: Any, output: Any) -> Any:

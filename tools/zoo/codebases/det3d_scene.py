@@ -160,14 +160,14 @@ def _int_in(model: Any, key: str) -> Optional[int]:
 
 
 def _box_dim(model: Any) -> int:
-    """7, or 9 where the heads code velocities (nuScenes)."""
+    """7, or 9 where the heads code velocities (nuScenes): a code size of 9, or a head
+    that predicts them (``pred_velo``; mmdet3d 0.17's FCOS3D leaves its code size of 9
+    to the head's default)."""
+    nodes = list(dicts(model))
     sizes = [
-        n[k]
-        for n in dicts(model)
-        for k in ("code_size", "bbox_code_size")
-        if isinstance(n.get(k), int)
+        n[k] for n in nodes for k in ("code_size", "bbox_code_size") if isinstance(n.get(k), int)
     ]
-    return 9 if 9 in sizes else 7
+    return 9 if 9 in sizes or any(n.get("pred_velo") is True for n in nodes) else 7
 
 
 def _classes(cfg: Any) -> int:
