@@ -34,6 +34,7 @@ from mmpar.compat.install.requirements import (
     usable_resolution,
 )
 from tests.compat._mmcv_env import MMCV_170_DIR, REPO_ROOT, child_env
+from tests.compat.test_mmdet3d017_import import MMCV_140_DIR
 
 
 def site(root: Path, **dists: str) -> Path:
@@ -447,26 +448,32 @@ def ci_lines() -> List[List[str]]:
         words = shlex.split(line, comments=True)
         if "mmpar.compat.install" in words:
             args = words[words.index("mmpar.compat.install") + 1 :]
-            lines.append([str(MMCV_170_DIR) if a == "$MMCV_170_DIR" else a for a in args])
+            folders = {"$MMCV_170_DIR": str(MMCV_170_DIR), "$MMCV_140_DIR": str(MMCV_140_DIR)}
+            lines.append([folders.get(a, a) for a in args])
     return lines
 
 
 def test_ci_installs_every_codebase() -> None:
     lines = ci_lines()
     named = [a.split("==")[0] for args in lines for a in args if "==" in a]
-    assert sorted(named) == sorted(CODEBASES)
-    assert [args[:2] for args in lines] == [["--mmcv", "1.7.2"]] + [["--mmcv", "1.7.0"]] * 2
+    assert sorted(named) == sorted([*CODEBASES, "mmdet3d"])  # mmdet3d 1.0 and 0.17
+    mmcvs = [["--mmcv", "1.7.2"]] + [["--mmcv", "1.7.0"]] * 2 + [["--mmcv", "1.4.0"]]
+    assert [args[:2] for args in lines] == mmcvs
     assert lines[1][2:4] == lines[2][2:4] == ["--target", str(MMCV_170_DIR)]
+    assert lines[3][2:] == ["--target", str(MMCV_140_DIR), "mmdet3d==0.17.1"]
 
 
-@pytest.mark.parametrize("index", [0, 1, 2], ids=["main", "mmcv-1.7.0", "mmdet3d"])
+@pytest.mark.parametrize(
+    "index", [0, 1, 2, 3], ids=["main", "mmcv-1.7.0", "mmdet3d", "mmdet3d-0.17"]
+)
 def test_ci_environment_is_what_its_install_lines_promise(capsys, index) -> None:
     """After ``.ci/run``'s install lines, each says everything is installed already."""
     args = ci_lines()[index]
     if index == 0 and Environment().version("mmcv") is None:
         pytest.skip("mmcv is not installed: `bash .ci/run` (or its install lines) installs it")
-    if index > 0 and not MMCV_170_DIR.is_dir():
-        pytest.skip(f"{MMCV_170_DIR} is absent: `bash .ci/run` (or its install lines) makes it")
+    folder = Path(args[args.index("--target") + 1]) if "--target" in args else None
+    if folder is not None and not folder.is_dir():
+        pytest.skip(f"{folder} is absent: `bash .ci/run` (or its install lines) makes it")
     code, out, err = dry_run(capsys, *args)
     assert code == 0, err
     assert "already installed" in out[-1], "\n".join(out)
