@@ -10,6 +10,7 @@ from types import ModuleType
 from typing import Any, Dict, List, Optional, Tuple
 
 from mmpar.compat.cpu_dist import enable_cpu_dist
+from mmpar.compat.cuda_on_cpu import mend_cuda_on_cpu
 from mmpar.compat.kitti_rotate_iou import mend_kitti_rotate_iou
 from mmpar.compat.mmcv_ops import resolve_mode, supply_mmcv_ops
 from mmpar.compat.mmcv_parallel import PACKAGE, PUBLIC, contents
@@ -69,6 +70,8 @@ def patch_mmcv(ops: Optional[str] = None) -> None:
     :mod:`mmpar.compat.kitti_rotate_iou`). mmdet3d 0.17.x and
     0.18.x get their 11 compiled extension modules from mmpar's 3D ops, and their
     sparse convolutions registered over mmcv's (see :mod:`mmpar.compat.mmdet3d017`).
+    On a process without a GPU, the research plugins' ``GridMask`` keeps the mask it
+    moves with ``.cuda()`` on the CPU (see :mod:`mmpar.compat.cuda_on_cpu`).
 
     Processes started with ``spawn`` or ``forkserver`` (spawned DataLoader
     workers, ``mp.spawn``) re-run the main script's top level, so the patch
@@ -93,6 +96,7 @@ def patch_mmcv(ops: Optional[str] = None) -> None:
     mend_kitti_rotate_iou()
     mend_mmdet3d017()
     enable_cpu_dist()
+    mend_cuda_on_cpu()
     current = sys.modules.get(PACKAGE)
     if is_patched():
         mmcv.parallel = current

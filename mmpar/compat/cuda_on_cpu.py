@@ -1,0 +1,100 @@
+"""Plugin methods that move the tensors they make to the GPU themselves, on a CPU-only process.
+
+DETR3D's ``GridMask`` (``projects/mmdet3d_plugin/models/utils/grid_mask.py``, kept at
+that path by PETR, BEVFormer, UniAD and VAD) draws its mask with numpy and moves it
+to the GPU with ``torch.from_numpy(mask)....cuda()`` in ``forward``, wherever the
+images are: on a process without a GPU the first training step stops there ("Found no
+NVIDIA driver", or "Torch not compiled with CUDA enabled").
+
+:func:`mend_cuda_on_cpu` (called by ``patch_mmcv()``) wraps each method of
+:data:`CUDA_TENSOR_METHODS` on import of its module. When, and only when, the process
+has no CUDA, MLU or NPU device, ``torch.Tensor.cuda`` returns the tensor unmoved for
+the duration of such a call (the CPU is then the only device the images can be on),
+and is put back afterwards. Elsewhere, and on a machine with a GPU, ``.cuda()``
+behaves as it always does.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from contextlib import contextmanager
+from types import ModuleType
+from typing import Any, Callable, Iterator
+
+from mmpar.compat.import_hook import on_import
+
+__all__ = ["CUDA_TENSOR_METHODS", "mend_cuda_on_cpu", "no_accelerator", "tensor_cuda_stays"]
+
+#: (module, class, method): methods that call ``.cuda()`` on tensors they make.
+CUDA_TENSOR_METHODS = (("projects.mmdet3d_plugin.models.utils.grid_mask", "GridMask", "forward"),)
+
+_hooked = []
+_lock = threading.Lock()
+_depth = [0]
+_saved: list = []
+
+
+def mend_cuda_on_cpu() -> None:
+    """Wrap the methods of :data:`CUDA_TENSOR_METHODS` on import of their modules."""
+    if _hooked:
+        return
+    _hooked.append(True)
+    for name, cls, method in CUDA_TENSOR_METHODS:
+        on_import(name, functools.partial(_mend_method, cls=cls, method=method))
+
+
+def no_accelerator() -> bool:
+    """Whether this process has no CUDA, MLU or NPU device."""
+    import torch
+
+    npu = getattr(torch, "npu", None)
+    return not (
+        torch.cuda.is_available()
+        or getattr(torch, "is_mlu_available", lambda: False)()
+        or (npu is not None and npu.is_available())
+    )
+
+
+def _stay(tensor: Any, device: Any = None, non_blocking: bool = False, **kwargs: Any) -> Any:
+    return tensor
+
+
+@contextmanager
+def tensor_cuda_stays() -> Iterator[None]:
+    """Within it, ``tensor.cuda(...)`` returns ``tensor`` unmoved; re-entrant.
+
+    Meant for CPU-only processes, where ``.cuda()`` could only have raised: the
+    attribute of ``torch.Tensor`` is swapped for the outermost call's duration.
+    """
+    import torch
+
+    with _lock:
+        if _depth[0] == 0:
+            _saved.append(torch.Tensor.cuda)
+            torch.Tensor.cuda = _stay  # type: ignore[method-assign]
+        _depth[0] += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _depth[0] -= 1
+            if _depth[0] == 0:
+                torch.Tensor.cuda = _saved.pop()  # type: ignore[method-assign]
+
+
+def _mend_method(module: ModuleType, cls: str, method: str) -> None:
+    owner = getattr(module, cls)
+    original: Callable[..., Any] = getattr(owner, method)
+    if getattr(original, "__mmpar_cpu__", False):
+        return
+
+    @functools.wraps(original)
+    def mended(*args: Any, **kwargs: Any) -> Any:
+        if not no_accelerator():
+            return original(*args, **kwargs)
+        with tensor_cuda_stays():
+            return original(*args, **kwargs)
+
+    mended.__mmpar_cpu__ = True  # type: ignore[attr-defined]
+    setattr(owner, method, mended)

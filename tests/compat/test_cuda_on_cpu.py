@@ -1,0 +1,134 @@
+"""mmpar.compat.cuda_on_cpu: a plugin's GridMask, which moves its mask with ``.cuda()``, on the CPU.
+
+A small package written by the test stands in for the research repositories'
+``projects/mmdet3d_plugin/models/utils/grid_mask.py``: its ``GridMask.forward``
+draws a mask with numpy and calls ``torch.from_numpy(mask).float().cuda()``, as
+DETR3D's and the four repositories built on it do. The checks run in fresh
+interpreters with ``CUDA_VISIBLE_DEVICES=""`` and print ``OK`` last.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from tests.compat._mmcv_env import child_env, requires_mmcv
+
+pytestmark = requires_mmcv
+
+TIMEOUT = 120
+
+GRID_MASK = """\
+    import numpy as np
+    import torch
+    from torch import nn
+
+
+    class GridMask(nn.Module):
+        def forward(self, x):
+            if not self.training:
+                return x
+            n, c, h, w = x.shape
+            mask = np.ones((h, w), np.float32)
+            mask[::2, :] = 0
+            mask = torch.from_numpy(mask).float().cuda()
+            return x * mask.expand_as(x)
+    """
+
+PACKAGES = ("projects", "projects/mmdet3d_plugin", "projects/mmdet3d_plugin/models")
+
+PRELUDE = """
+import torch
+assert not torch.cuda.is_available()
+x = torch.arange(2 * 3 * 4 * 5, dtype=torch.float32).reshape(2, 3, 4, 5)
+"""
+
+
+def run(tmp_path: Path, code: str) -> subprocess.CompletedProcess:
+    for folder in PACKAGES + ("projects/mmdet3d_plugin/models/utils",):
+        (tmp_path / folder).mkdir(parents=True, exist_ok=True)
+        (tmp_path / folder / "__init__.py").write_text("")
+    (tmp_path / "projects/mmdet3d_plugin/models/utils/grid_mask.py").write_text(
+        textwrap.dedent(GRID_MASK)
+    )
+    env = child_env(CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
+    env["PYTHONPATH"] += f":{tmp_path}"
+    return subprocess.run(
+        [sys.executable, "-c", PRELUDE + textwrap.dedent(code) + "\nprint('OK')\n"],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env=env,
+        cwd=tmp_path,
+    )
+
+
+def check(tmp_path: Path, code: str) -> None:
+    proc = run(tmp_path, code)
+    assert proc.returncode == 0 and proc.stdout.rstrip().endswith("OK"), (
+        f"exit {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-5000:]}"
+    )
+
+
+def test_stand_in_fails_unpatched(tmp_path: Path) -> None:
+    """Without the mend the stand-in stops where the repositories' first training step does."""
+    proc = run(
+        tmp_path,
+        """
+        from projects.mmdet3d_plugin.models.utils.grid_mask import GridMask
+        GridMask().train()(x)
+        """,
+    )
+    assert proc.returncode != 0
+    assert "RuntimeError" in proc.stderr or "AssertionError" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_grid_mask_runs_on_the_cpu_after_patch_mmcv(tmp_path: Path) -> None:
+    check(
+        tmp_path,
+        """
+        original = torch.Tensor.cuda
+        from mmpar.compat import patch_mmcv
+        patch_mmcv()
+        from projects.mmdet3d_plugin.models.utils import grid_mask
+
+        out = grid_mask.GridMask().train()(x)
+        expected = x.clone()
+        expected[:, :, ::2, :] = 0
+        assert out.device.type == "cpu" and torch.equal(out, expected)
+        assert grid_mask.GridMask().eval()(x) is x
+
+        # Outside the method .cuda() is torch's again, and still refuses.
+        assert torch.Tensor.cuda is original
+        try:
+            x.cuda()
+        except (RuntimeError, AssertionError):
+            pass
+        else:
+            raise AssertionError("x.cuda() outside GridMask.forward succeeded")
+        """,
+    )
+
+
+def test_tensor_cuda_stays_is_reentrant(tmp_path: Path) -> None:
+    check(
+        tmp_path,
+        """
+        from mmpar.compat.cuda_on_cpu import tensor_cuda_stays
+
+        original = torch.Tensor.cuda
+        with tensor_cuda_stays():
+            with tensor_cuda_stays():
+                assert x.cuda() is x and x.cuda(0, non_blocking=True) is x
+            assert x.cuda() is x
+        assert torch.Tensor.cuda is original
+        try:
+            with tensor_cuda_stays():
+                raise KeyError("inside")
+        except KeyError:
+            pass
+        assert torch.Tensor.cuda is original
+        """,
+    )
