@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from mmpar.compat.cpu_dist import enable_cpu_dist
 from mmpar.compat.cuda_on_cpu import mend_cuda_on_cpu
 from mmpar.compat.kitti_rotate_iou import mend_kitti_rotate_iou
+from mmpar.compat.matplotlib_styles import mend_matplotlib_styles
 from mmpar.compat.mmcv_ops import resolve_mode, supply_mmcv_ops
 from mmpar.compat.mmcv_parallel import PACKAGE, PUBLIC, contents
 from mmpar.compat.mmdet3d017 import mend_mmdet3d017
@@ -63,8 +64,10 @@ def patch_mmcv(ops: Optional[str] = None) -> None:
     OpenCV 5 refuses numpy numbers as colours and fill values, which those
     codebases pass (mmocr's DRRG and TextSnake targets): its drawing and border
     functions take them as the Python numbers they hold (see
-    :mod:`mmpar.compat.opencv_scalars`). mmdet3d 1.0 builds its sparse
-    convolutions from ``mmcv.ops`` where mmpar's serve, not from spconv 2, which
+    :mod:`mmpar.compat.opencv_scalars`). matplotlib's seaborn style names of before
+    3.6, which nuScenes-devkit's map code of that era sets at import, name the
+    ``seaborn-v0_8-`` styles (see :mod:`mmpar.compat.matplotlib_styles`). mmdet3d 1.0
+    builds its sparse convolutions from ``mmcv.ops`` where mmpar's serve, not from spconv 2, which
     runs on CUDA only (see :mod:`mmpar.compat.mmdet3d_fixes`); where ``numba.cuda``
     finds no device, its KITTI evaluation gets its rotated IoU from mmpar (see
     :mod:`mmpar.compat.kitti_rotate_iou`). mmdet3d 0.17.x and
@@ -91,6 +94,7 @@ def patch_mmcv(ops: Optional[str] = None) -> None:
     mmcv = _import_mmcv1()
     restore_numpy_aliases()
     mend_opencv_scalars()
+    mend_matplotlib_styles()
     supply_mmcv_ops(mode)
     mend_mmdet3d()
     mend_kitti_rotate_iou()
