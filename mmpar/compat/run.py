@@ -17,6 +17,10 @@ mAP evaluation pool, spawned DataLoader workers) are patched too: where
 multiprocessing would re-run SCRIPT's top level in them, they run this module,
 which patches and then runs SCRIPT's top level (see :func:`patch_spawned_children`).
 
+``--cuda-on-cpu`` (before SCRIPT) lets a GPU-only script run on a process without a
+GPU: its ``.cuda()`` calls and CUDA ``device`` arguments mean the CPU (see
+:mod:`mmpar.compat.cuda_as_cpu`); on a machine with a GPU it changes nothing.
+
 ``--ops=auto|mmcv|mmpar`` (before SCRIPT) chooses whose ``mmcv.ops`` serve the
 script, as ``patch_mmcv(ops=...)`` does: by default mmcv-full's own where its
 compiled ops load, else mmpar's. The choice reaches child processes through
@@ -36,10 +40,19 @@ import runpy
 import sys
 from typing import Any, Dict, List, NoReturn, Optional, Tuple
 
+from mmpar.compat.cuda_as_cpu import ENV as CUDA_ON_CPU_ENV
+from mmpar.compat.cuda_as_cpu import enable_cuda_as_cpu
 from mmpar.compat.mmcv_ops import MODES, resolve_mode
 from mmpar.compat.patch import patch_mmcv
 
-__all__ = ["SCRIPT_VAR", "main", "patch_spawned_children", "split_local_rank", "split_ops"]
+__all__ = [
+    "SCRIPT_VAR",
+    "main",
+    "patch_spawned_children",
+    "split_cuda_on_cpu",
+    "split_local_rank",
+    "split_ops",
+]
 
 #: SCRIPT's absolute path, for the spawned children that run it again.
 SCRIPT_VAR = "MMPAR_COMPAT_SCRIPT"
@@ -47,7 +60,8 @@ SCRIPT_VAR = "MMPAR_COMPAT_SCRIPT"
 _MODULE = __spec__.name if __spec__ is not None else __name__
 
 _USAGE = (
-    "usage: python -m mmpar.compat.run [--ops={auto,mmcv,mmpar}] [--local-rank=N] SCRIPT [ARGS...]"
+    "usage: python -m mmpar.compat.run [--ops={auto,mmcv,mmpar}] [--cuda-on-cpu] [--local-rank=N]"
+    " SCRIPT [ARGS...]"
 )
 _LOCAL_RANK_FLAGS = ("--local-rank", "--local_rank")
 
@@ -128,6 +142,36 @@ def split_ops(argv: List[str]) -> Tuple[Optional[str], List[str]]:
     return value, rest
 
 
+def split_cuda_on_cpu(argv: List[str]) -> Tuple[bool, List[str]]:
+    """Take ``--cuda-on-cpu`` off the front of ``argv``.
+
+    Args:
+        argv: The arguments of ``python -m mmpar.compat.run``.
+
+    Returns:
+        ``(given, rest)``: whether the flag was there, and the rest.
+    """
+    rest = list(argv)
+    if rest and rest[0] == "--cuda-on-cpu":
+        return True, rest[1:]
+    return False, rest
+
+
+def _split_options(argv: List[str]) -> Tuple[Optional[str], bool, Optional[int], List[str]]:
+    """``--ops``, ``--cuda-on-cpu`` and the launcher's local rank, in any order, then SCRIPT."""
+    ops, cuda_on_cpu, local_rank, rest = None, False, None, list(argv)
+    while rest:
+        mode, rest = split_ops(rest)
+        flag, rest = split_cuda_on_cpu(rest)
+        rank, rest = split_local_rank(rest)
+        if mode is None and not flag and rank is None:
+            break
+        ops = mode if mode is not None else ops
+        cuda_on_cpu = cuda_on_cpu or flag
+        local_rank = rank if rank is not None else local_rank
+    return ops, cuda_on_cpu, local_rank, rest
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     """Patch mmcv, then run ``argv[0]`` as the main script with ``argv[1:]`` as its arguments.
 
@@ -141,10 +185,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        ops, argv = split_ops(argv)
-        local_rank, argv = split_local_rank(argv)
-        if ops is None:
-            ops, argv = split_ops(argv)  # --local-rank comes first under the legacy launcher
+        # the legacy launcher puts --local-rank before the options given after the module
+        ops, cuda_on_cpu, local_rank, argv = _split_options(argv)
         ops = resolve_mode(ops, field="--ops")
     except ValueError as err:
         _fail(str(err))
@@ -165,6 +207,8 @@ def main(argv: Optional[List[str]] = None) -> None:
         patch_mmcv(ops=ops)
     except ImportError as err:
         _fail(str(err), usage=False)
+    if cuda_on_cpu:
+        enable_cuda_as_cpu()
     sys.argv = [script, *argv[1:]]
     sys.path[0] = os.path.dirname(os.path.abspath(script))  # as `python SCRIPT` puts it
     patch_spawned_children(script)
@@ -214,6 +258,8 @@ def _run_script_in_spawned_child() -> None:
             f"${SCRIPT_VAR} is not set"
         )
     patch_mmcv()
+    if os.environ.get(CUDA_ON_CPU_ENV) == "1":
+        enable_cuda_as_cpu()
     globals().update(runpy.run_path(script, run_name="__mp_main__"))
 
 
