@@ -18,6 +18,7 @@ from mmpar.compat.mmcv_parallel import PACKAGE, PUBLIC, contents
 from mmpar.compat.mmdet3d017 import mend_mmdet3d017
 from mmpar.compat.mmdet3d_fixes import mend_mmdet3d
 from mmpar.compat.numpy_aliases import restore_numpy_aliases
+from mmpar.compat.nuscenes_configs import mend_nuscenes_configs
 from mmpar.compat.opencv_scalars import mend_opencv_scalars
 from mmpar.compat.wrappers_link import link_wrapper_registry
 from mmpar.data_container import container_classes
@@ -66,7 +67,9 @@ def patch_mmcv(ops: Optional[str] = None) -> None:
     functions take them as the Python numbers they hold (see
     :mod:`mmpar.compat.opencv_scalars`). matplotlib's seaborn style names of before
     3.6, which nuScenes-devkit's map code of that era sets at import, name the
-    ``seaborn-v0_8-`` styles (see :mod:`mmpar.compat.matplotlib_styles`). mmdet3d 1.0
+    ``seaborn-v0_8-`` styles (see :mod:`mmpar.compat.matplotlib_styles`). nuScenes-devkit's
+    evaluation configs keep their class names in a list, which spawned DataLoader
+    workers can pickle (see :mod:`mmpar.compat.nuscenes_configs`). mmdet3d 1.0
     builds its sparse convolutions from ``mmcv.ops`` where mmpar's serve, not from spconv 2, which
     runs on CUDA only (see :mod:`mmpar.compat.mmdet3d_fixes`); where ``numba.cuda``
     finds no device, its KITTI evaluation gets its rotated IoU from mmpar (see
@@ -95,6 +98,7 @@ def patch_mmcv(ops: Optional[str] = None) -> None:
     restore_numpy_aliases()
     mend_opencv_scalars()
     mend_matplotlib_styles()
+    mend_nuscenes_configs()
     supply_mmcv_ops(mode)
     mend_mmdet3d()
     mend_kitti_rotate_iou()
