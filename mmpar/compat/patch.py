@@ -20,6 +20,7 @@ from mmpar.compat.mmdet3d_fixes import mend_mmdet3d
 from mmpar.compat.numpy_aliases import restore_numpy_aliases
 from mmpar.compat.nuscenes_configs import mend_nuscenes_configs
 from mmpar.compat.opencv_scalars import mend_opencv_scalars
+from mmpar.compat.shapely_multipart import mend_shapely_multipart
 from mmpar.compat.wrappers_link import link_wrapper_registry
 from mmpar.data_container import container_classes
 from mmpar.module_wrappers import MMCV_REGISTRY_MODULE
@@ -67,10 +68,12 @@ def patch_mmcv(ops: Optional[str] = None) -> None:
     functions take them as the Python numbers they hold (see
     :mod:`mmpar.compat.opencv_scalars`). matplotlib's seaborn style names of before
     3.6, which nuScenes-devkit's map code of that era sets at import, name the
-    ``seaborn-v0_8-`` styles (see :mod:`mmpar.compat.matplotlib_styles`). nuScenes-devkit's
-    evaluation configs keep their class names in a list, which spawned DataLoader
-    workers can pickle (see :mod:`mmpar.compat.nuscenes_configs`). mmdet3d 1.0
-    builds its sparse convolutions from ``mmcv.ops`` where mmpar's serve, not from spconv 2, which
+    ``seaborn-v0_8-`` styles (see :mod:`mmpar.compat.matplotlib_styles`), and shapely
+    2's multi-part geometries iterate over their parts as shapely 1.x's did (see
+    :mod:`mmpar.compat.shapely_multipart`). nuScenes-devkit's evaluation configs
+    keep their class names in a list, which spawned DataLoader workers can pickle
+    (see :mod:`mmpar.compat.nuscenes_configs`). mmdet3d 1.0 builds its sparse
+    convolutions from ``mmcv.ops`` where mmpar's serve, not from spconv 2, which
     runs on CUDA only (see :mod:`mmpar.compat.mmdet3d_fixes`); where ``numba.cuda``
     finds no device, its KITTI evaluation gets its rotated IoU from mmpar (see
     :mod:`mmpar.compat.kitti_rotate_iou`). mmdet3d 0.17.x and
@@ -98,6 +101,7 @@ def patch_mmcv(ops: Optional[str] = None) -> None:
     restore_numpy_aliases()
     mend_opencv_scalars()
     mend_matplotlib_styles()
+    mend_shapely_multipart()
     mend_nuscenes_configs()
     supply_mmcv_ops(mode)
     mend_mmdet3d()
