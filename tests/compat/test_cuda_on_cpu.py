@@ -132,3 +132,54 @@ def test_tensor_cuda_stays_is_reentrant(tmp_path: Path) -> None:
         assert torch.Tensor.cuda is original
         """,
     )
+
+
+FP16 = """
+from types import SimpleNamespace
+
+from mmpar.compat import patch_mmcv
+patch_mmcv()
+from mmcv.runner import Fp16OptimizerHook, auto_fp16
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 2, 1)
+        self.fp16_enabled = False
+
+    @auto_fp16(apply_to=("img",))
+    def forward(self, img):
+        return self.conv(img)
+
+
+torch.manual_seed(0)
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+runner = SimpleNamespace(model=model, optimizer=optimizer, meta={}, outputs={})
+runner.log_buffer = SimpleNamespace(update=lambda *args, **kwargs: None)
+hook = Fp16OptimizerHook(loss_scale=512.0, grad_clip=dict(max_norm=35, norm_type=2))
+before = model.conv.weight.detach().clone()
+hook.before_run(runner)
+img = torch.rand(1, 3, 4, 4)
+out = model(img)
+assert out.dtype == torch.float32 and torch.allclose(out, model.conv(img))
+runner.outputs = {"loss": out.square().mean(), "num_samples": 1}
+hook.after_train_iter(runner)
+assert not torch.equal(model.conv.weight, before)  # a step was taken, in fp32
+assert model.conv.weight.dtype == torch.float32
+"""
+
+
+def test_fp16_optimizer_hook_trains_in_fp32_without_a_gpu(tmp_path: Path) -> None:
+    """PETR's ``Fp16OptimizerHook``: unmended, ``auto_fp16`` meets half inputs and float weights."""
+    check(tmp_path, FP16)
+
+
+def test_fp16_stand_in_fails_unmended(tmp_path: Path) -> None:
+    unmended = (
+        "patch_mmcv()\nimport mmpar.compat.cuda_on_cpu as c\nc.no_accelerator = lambda: False\n"
+    )
+    code = FP16.replace("patch_mmcv()\n", unmended)
+    proc = run(tmp_path, code)
+    assert proc.returncode != 0 and "Half" in proc.stderr, proc.stderr[-2000:]
