@@ -24,7 +24,7 @@ from mmpar.compat.import_hook import on_import
 
 __all__ = ["CONFIG_CLASSES", "mend_nuscenes_configs"]
 
-#: (module, class): the devkit's configs whose ``class_names`` is a dict view.
+#: The devkit's configs, as (module, class) pairs, whose ``class_names`` is a dict view.
 CONFIG_CLASSES = (
     ("nuscenes.eval.detection.data_classes", "DetectionConfig"),
     ("nuscenes.eval.tracking.data_classes", "TrackingConfig"),
