@@ -21,6 +21,7 @@ from mmpar.compat.numpy_aliases import restore_numpy_aliases
 from mmpar.compat.nuscenes_configs import mend_nuscenes_configs
 from mmpar.compat.opencv_scalars import mend_opencv_scalars
 from mmpar.compat.shapely_multipart import mend_shapely_multipart
+from mmpar.compat.shapely_strtree import mend_shapely_strtree
 from mmpar.compat.wrappers_link import link_wrapper_registry
 from mmpar.data_container import container_classes
 from mmpar.module_wrappers import MMCV_REGISTRY_MODULE
@@ -70,7 +71,9 @@ def patch_mmcv(ops: Optional[str] = None) -> None:
     3.6, which nuScenes-devkit's map code of that era sets at import, name the
     ``seaborn-v0_8-`` styles (see :mod:`mmpar.compat.matplotlib_styles`), and shapely
     2's multi-part geometries iterate over their parts as shapely 1.x's did (see
-    :mod:`mmpar.compat.shapely_multipart`). nuScenes-devkit's evaluation configs
+    :mod:`mmpar.compat.shapely_multipart`); the vector-map evaluation of MapTR and
+    VAD gets geometries from ``STRtree.query``, as from shapely 1.x's (see
+    :mod:`mmpar.compat.shapely_strtree`). nuScenes-devkit's evaluation configs
     keep their class names in a list, which spawned DataLoader workers can pickle
     (see :mod:`mmpar.compat.nuscenes_configs`). mmdet3d 1.0 builds its sparse
     convolutions from ``mmcv.ops`` where mmpar's serve, not from spconv 2, which
@@ -102,6 +105,7 @@ def patch_mmcv(ops: Optional[str] = None) -> None:
     mend_opencv_scalars()
     mend_matplotlib_styles()
     mend_shapely_multipart()
+    mend_shapely_strtree()
     mend_nuscenes_configs()
     supply_mmcv_ops(mode)
     mend_mmdet3d()
