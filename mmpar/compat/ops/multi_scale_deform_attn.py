@@ -218,6 +218,8 @@ class MultiScaleDeformableAttention(nn.Module):
         )
         weights = weights.softmax(-1).view(sample_dims)
         locations = self._sampling_locations(reference_points, offsets, spatial_shapes)
+        if spatial_shapes.shape[0] < self.num_levels:
+            locations, weights = _as_kernel_reads(locations, weights, spatial_shapes.shape[0])
         output = multi_scale_deformable_attn_pytorch(value, spatial_shapes, locations, weights)
         output = self.output_proj(output)
         if not self.batch_first:
@@ -268,9 +270,13 @@ class MultiScaleDeformableAttention(nn.Module):
         spatial_shapes: Tensor,
     ) -> None:
         """One-line errors for ``key_padding_mask``, ``reference_points`` and ``spatial_shapes``."""
-        if not isinstance(spatial_shapes, Tensor) or tuple(spatial_shapes.shape) != (
-            self.num_levels,
-            2,
+        # One level where the layer has more is what mmcv's kernel reads as one level:
+        # UniAD's panoptic head builds num_levels=4 layers over its single BEV map.
+        if (
+            not isinstance(spatial_shapes, Tensor)
+            or spatial_shapes.dim() != 2
+            or spatial_shapes.shape[1] != 2
+            or spatial_shapes.shape[0] not in (self.num_levels, 1)
         ):
             found = (
                 tuple(spatial_shapes.shape)
@@ -279,7 +285,7 @@ class MultiScaleDeformableAttention(nn.Module):
             )
             raise ValueError(
                 f"{_MODULE}: spatial_shapes must be a (num_levels, 2) = ({self.num_levels}, 2) "
-                f"tensor of (h, w), found {found}"
+                f"tensor of (h, w) (or one level's (1, 2)), found {found}"
             )
         if spatial_shapes.is_floating_point() or spatial_shapes.dtype == torch.bool:
             raise TypeError(
@@ -308,7 +314,8 @@ class MultiScaleDeformableAttention(nn.Module):
                 f"tensor, found {key_padding_mask.dtype} {tuple(key_padding_mask.shape)}"
             )
         expected = (bs, num_queries, self.num_levels)
-        if tuple(reference_points.shape[:-1]) != expected:
+        given = (bs, num_queries, spatial_shapes.shape[0])
+        if tuple(reference_points.shape[:-1]) not in (expected, given):
             raise ValueError(
                 f"{_MODULE}: reference_points must be (bs, num_queries, num_levels, 2 or 4) with "
                 f"(bs, num_queries, num_levels) = {expected}, "
@@ -331,3 +338,22 @@ class MultiScaleDeformableAttention(nn.Module):
             f"{_MODULE}.forward: reference_points' last dim must be "
             f"2 (x, y) or 4 (x, y, w, h), found {reference_points.shape[-1]}"
         )
+
+
+def _as_kernel_reads(locations: Tensor, weights: Tensor, levels: int) -> tuple[Tensor, Tensor]:
+    """The locations and weights that mmcv's kernel reads when given fewer levels.
+
+    The kernel takes the level count from ``spatial_shapes`` and reads the contiguous
+    buffers of (bs, nq, heads, num_levels, points, 2) locations and (bs, nq, heads,
+    num_levels, points) weights as if they held that many levels: their first
+    elements, laid out for ``levels`` levels. The same elements, read the same way.
+
+    Returns:
+        (bs, nq, heads, levels, points, 2) locations and (bs, nq, heads, levels, points)
+        weights.
+    """
+    bs, nq, heads, _, points = weights.shape
+    shape = (bs, nq, heads, levels, points)
+    size = bs * nq * heads * levels * points
+    read_locations = locations.contiguous().reshape(-1)[: size * 2].view(*shape, 2)
+    return read_locations, weights.contiguous().reshape(-1)[:size].view(shape)
