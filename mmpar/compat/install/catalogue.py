@@ -127,7 +127,8 @@ class Release:
 
 
 #: mmdet3d 0.17.1 and 0.17.2 accept mmcv <= 1.4.0, mmdet >= 2.14.0, mmseg >= 0.14.1;
-#: BEVFormer, DETR3D, PETR, UniAD 1.0 and VAD pin those with mmcv-full 1.4.0.
+#: BEVFormer, DETR3D, UniAD 1.0 and VAD pin those with mmcv-full 1.4.0; PETR pins mmdet
+#: 2.24.1 and mmseg 0.20.2 (its train.py imports mmdet's get_device): name them.
 _MMDET3D_017 = (("mmdet", "2.14.0"), ("mmsegmentation", "0.14.1"))
 #: mmdet3d 0.18.x asks mmdet >= 2.19.0 and mmseg >= 0.20.0.
 _MMDET3D_018 = (("mmdet", "2.19.1"), ("mmsegmentation", "0.20.2"))
