@@ -41,6 +41,7 @@ from contextlib import contextmanager
 from types import ModuleType
 from typing import Any, Callable, Iterator
 
+from mmpar.compat.cuda_as_cpu import has_accelerator
 from mmpar.compat.import_hook import on_import
 
 __all__ = ["BUILD_DDP_MODULES", "CUDA_TRAIN_FUNCTIONS", "DEVICE_AS_DTYPE", "enable_cpu_dist"]
@@ -86,14 +87,7 @@ def enable_cpu_dist() -> None:
 
 
 def _no_accelerator() -> bool:
-    import torch
-
-    npu = getattr(torch, "npu", None)
-    return not (
-        torch.cuda.is_available()
-        or getattr(torch, "is_mlu_available", lambda: False)()
-        or (npu is not None and npu.is_available())
-    )
+    return not has_accelerator()
 
 
 def _mend_init_dist(module: ModuleType) -> None:

@@ -32,6 +32,7 @@ from contextlib import contextmanager
 from types import ModuleType
 from typing import Any, Callable, Iterator
 
+from mmpar.compat.cuda_as_cpu import has_accelerator
 from mmpar.compat.import_hook import on_import
 
 __all__ = [
@@ -42,7 +43,7 @@ __all__ = [
     "tensor_cuda_stays",
 ]
 
-#: (module, class, method): methods that call ``.cuda()`` on tensors they make.
+#: Methods, as (module, class, method) triples, that call ``.cuda()`` on tensors they make.
 CUDA_TENSOR_METHODS = (("projects.mmdet3d_plugin.models.utils.grid_mask", "GridMask", "forward"),)
 
 #: mmcv's module defining ``wrap_fp16_model``, then those that bind it by name.
@@ -70,14 +71,7 @@ def mend_cuda_on_cpu() -> None:
 
 def no_accelerator() -> bool:
     """Whether this process has no CUDA, MLU or NPU device."""
-    import torch
-
-    npu = getattr(torch, "npu", None)
-    return not (
-        torch.cuda.is_available()
-        or getattr(torch, "is_mlu_available", lambda: False)()
-        or (npu is not None and npu.is_available())
-    )
+    return not has_accelerator()
 
 
 def _stay(tensor: Any, device: Any = None, non_blocking: bool = False, **kwargs: Any) -> Any:
