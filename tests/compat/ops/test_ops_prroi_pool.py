@@ -145,11 +145,15 @@ def test_matches_reference(device, scale, out_size):
 @pytest.mark.parametrize("device", DEVICES)
 def test_float32_matches_reference(device):
     inp, rois = _case(device, torch.float32, seed=1)
-    grad_out = torch.randn(rois.shape[0], 3, 2, 2, dtype=torch.float64)
+    # Seeded: the global generator's state depends on which tests ran before in the worker.
+    gen = torch.Generator().manual_seed(1)
+    grad_out = torch.randn(rois.shape[0], 3, 2, 2, dtype=torch.float64, generator=gen)
     out, grad_in, grad_rois = _run(inp, rois, (2, 2), 0.5, grad_out.float().to(device))
     ref_out, ref_in, ref_rois = _reference(inp, rois, (2, 2), 0.5, grad_out.float())
     torch.testing.assert_close(out.cpu().double(), ref_out, rtol=1e-4, atol=1e-5)
-    torch.testing.assert_close(grad_in.cpu().double(), ref_in, rtol=1e-4, atol=1e-5)
+    # A pixel's float32 gradient sums the products of every bin that reads it: about 0.5%
+    # of random upstream gradients leave an entry up to 1.5e-5 from the float64 reference.
+    torch.testing.assert_close(grad_in.cpu().double(), ref_in, rtol=1e-4, atol=3e-5)
     torch.testing.assert_close(grad_rois.cpu().double(), ref_rois, rtol=1e-3, atol=1e-3)
 
 
