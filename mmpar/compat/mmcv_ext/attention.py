@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from mmpar.compat.ops.multi_scale_deform_attn import multi_scale_deformable_attn_pytorch
+from mmpar.compat.ops.sampling.deform_attn_sampling import multi_scale_deformable_attn_grads
 
 __all__ = ["ENTRY_POINTS", "ms_deform_attn_backward", "ms_deform_attn_forward"]
 
@@ -81,10 +82,9 @@ def ms_deform_attn_backward(
         im2col_step: As :func:`ms_deform_attn_forward`'s.
     """
     del value_level_start_index, im2col_step
-    inputs = [t.detach().requires_grad_() for t in (value, sampling_locations, attention_weights)]
-    with torch.enable_grad():
-        out = multi_scale_deformable_attn_pytorch(inputs[0], value_spatial_shapes, *inputs[1:])
-        grads = torch.autograd.grad(out, inputs, grad_output.reshape(out.shape))
+    grads = multi_scale_deformable_attn_grads(
+        value, value_spatial_shapes, sampling_locations, attention_weights, grad_output
+    )
     for target, grad in zip((grad_value, grad_sampling_loc, grad_attn_weight), grads):
         target.add_(grad.to(target.dtype))
 

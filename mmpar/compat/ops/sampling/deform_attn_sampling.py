@@ -5,7 +5,8 @@ Every device runs the plain-torch path (one ``F.grid_sample`` per feature level)
 mmcv-full's CUDA kernel samples the same points with the same bilinear rule
 (pixel centres at ``(i + 0.5) / w``, zeros outside the map), so results agree
 up to float rounding. ``im2col_step`` (a batching knob of that kernel) has no
-effect here.
+effect here. Between the passes only the inputs are kept, as the kernel keeps
+them: the backward samples again, one level at a time.
 
 A NaN or infinite sampling location reads 0 and gets no gradient, as in
 mmcv-full's kernel (whose bounds test is false for it; ``grid_sample`` alone
@@ -18,16 +19,22 @@ from __future__ import annotations
 from typing import Any, Sequence, Union
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from mmpar.compat.ops.backend import ArgumentError, check_float_tensors
+from mmpar.compat.ops.sampling.deform_attn_kernel import (
+    DeformAttnFunction,
+    attend_backward,
+    to_grids,
+)
 
-__all__ = ["MultiScaleDeformableAttnFunction", "multi_scale_deformable_attn_pytorch"]
+__all__ = [
+    "MultiScaleDeformableAttnFunction",
+    "multi_scale_deformable_attn_grads",
+    "multi_scale_deformable_attn_pytorch",
+]
 
 _FUNC = "mmcv.ops.multi_scale_deformable_attn_pytorch"
-#: A normalised grid coordinate whose sample lies wholly off any map (x * w - 0.5 < -1).
-_OFF_MAP = -3.0
 
 
 def _level_shapes(spatial_shapes: Union[Tensor, Sequence[Sequence[int]]]) -> list[tuple[int, int]]:
@@ -117,7 +124,11 @@ def multi_scale_deformable_attn_pytorch(
     Every query, head, level and point samples its level's value map bilinearly
     at a normalised location (x, y) in [0, 1] (pixel ``i`` has its centre at
     ``(i + 0.5) / w``; samples outside the map read zeros), and the samples are
-    summed with the attention weights.
+    summed with the attention weights. Between the forward and the backward pass
+    only the inputs are kept, as with mmcv-full's CUDA kernel: the backward
+    samples again, level by level, rather than holding every level's samples
+    (``num_queries * num_heads * num_levels * num_points * dims_per_head``
+    values) from the forward.
 
     Args:
         value: (bs, num_keys, num_heads, dims_per_head) float; the levels' maps
@@ -139,28 +150,70 @@ def multi_scale_deformable_attn_pytorch(
     shapes = _level_shapes(value_spatial_shapes)
     _check_shapes(value, shapes, sampling_locations, attention_weights)
     bs, _, num_heads, head_dims = value.shape
-    _, num_queries, _, _, num_points, _ = sampling_locations.shape
+    num_queries = sampling_locations.shape[1]
     # Mixed dtypes (amp leaves the locations in float32) are computed in the wider one.
     dtype = torch.promote_types(value.dtype, sampling_locations.dtype)
-    grids = sampling_locations.to(dtype) * 2 - 1
-    grids = torch.where(grids.isfinite(), grids, _OFF_MAP)
-    # (bs, nq, nh, L, P) -> (bs * nh, 1, nq, L, P), to broadcast over the head's dims.
-    weights = attention_weights.to(dtype).transpose(1, 2).flatten(0, 1).unsqueeze(1)
-    out = value.new_zeros((bs * num_heads, head_dims, num_queries), dtype=dtype)
-    maps = value.to(dtype).split([h * w for h, w in shapes], dim=1)
-    for level, ((h, w), level_value) in enumerate(zip(shapes, maps)):
-        if h * w == 0:
-            continue  # an empty level contributes nothing (grid_sample rejects it)
-        # (bs, h*w, nh, d) -> (bs * nh, d, h, w)
-        level_map = level_value.permute(0, 2, 3, 1).reshape(bs * num_heads, head_dims, h, w)
-        # (bs, nq, nh, P, 2) -> (bs * nh, nq, P, 2)
-        level_grid = grids[:, :, :, level].transpose(1, 2).flatten(0, 1)
-        samples = F.grid_sample(
-            level_map, level_grid, mode="bilinear", padding_mode="zeros", align_corners=False
-        )  # (bs * nh, d, nq, P)
-        out = out + (samples * weights[..., level, :]).sum(-1)
+    grids = to_grids(sampling_locations, dtype)
+    out = DeformAttnFunction.apply(value.to(dtype), shapes, grids, attention_weights.to(dtype))
     out = out.view(bs, num_heads * head_dims, num_queries).transpose(1, 2)
     return out.to(value.dtype).contiguous()
+
+
+def multi_scale_deformable_attn_grads(
+    value: Tensor,
+    value_spatial_shapes: Tensor,
+    sampling_locations: Tensor,
+    attention_weights: Tensor,
+    grad_output: Tensor,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The gradients of :func:`multi_scale_deformable_attn_pytorch`'s output, without autograd.
+
+    One backward pass, the samples computed again level by level (no forward
+    graph is built): what a hand-written autograd function around the attention
+    needs in its ``backward``.
+
+    Args:
+        value: As :func:`multi_scale_deformable_attn_pytorch`'s.
+        value_spatial_shapes: As :func:`multi_scale_deformable_attn_pytorch`'s.
+        sampling_locations: As :func:`multi_scale_deformable_attn_pytorch`'s.
+        attention_weights: As :func:`multi_scale_deformable_attn_pytorch`'s.
+        grad_output: (bs, num_queries, num_heads * dims_per_head), the gradient
+            of the attention's output.
+
+    Returns:
+        The gradients of ``value``, ``sampling_locations`` (0 where a location
+        is not finite) and ``attention_weights``, each shaped and typed as its input.
+
+    Raises:
+        TypeError: a tensor that is not floating point.
+        ValueError: inconsistent shapes or devices, or a ``grad_output`` of
+            another shape than the output's.
+    """
+    shapes = _level_shapes(value_spatial_shapes)
+    _check_shapes(value, shapes, sampling_locations, attention_weights)
+    bs, _, num_heads, head_dims = value.shape
+    num_queries = sampling_locations.shape[1]
+    expected = (bs, num_queries, num_heads * head_dims)
+    if not isinstance(grad_output, Tensor) or tuple(grad_output.shape) != expected:
+        found = tuple(grad_output.shape) if isinstance(grad_output, Tensor) else grad_output
+        raise ValueError(
+            f"{_FUNC}: grad_output must be the output's shape {expected}, found {found}"
+        )
+    dtype = torch.promote_types(value.dtype, sampling_locations.dtype)
+    grad_heads = grad_output.to(dtype).transpose(1, 2).reshape(bs * num_heads, head_dims, -1)
+    grad_value, grad_grids, grad_weights = attend_backward(
+        value.to(dtype),
+        shapes,
+        to_grids(sampling_locations, dtype),
+        attention_weights.to(dtype),
+        grad_heads.contiguous(),
+    )
+    grad_locations = torch.where(sampling_locations.isfinite(), grad_grids * 2, 0.0)
+    return (
+        grad_value.to(value.dtype),
+        grad_locations.to(sampling_locations.dtype),
+        grad_weights.to(attention_weights.dtype),
+    )
 
 
 class MultiScaleDeformableAttnFunction:
