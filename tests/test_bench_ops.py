@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import re
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Dict, List
@@ -24,6 +25,7 @@ OPS = (
     "soft_nms",
     "box_iou_rotated",
     "nms_rotated",
+    "multi_scale_deformable_attn",
 )
 
 
@@ -100,6 +102,30 @@ def test_nms_rows_cover_soft_nms_cases_and_batched_nms_with_targets() -> None:
         "| soft_nms | 1k boxes, sparse, linear, iou_threshold 0.3 | torchvision nms "
         "| 2.0 | 1.0 | 2.00x | <= 3x |"
     )
+
+
+def test_attention_rows_time_the_same_attention_and_count_what_each_keeps() -> None:
+    import torch
+
+    from mmpar.compat.ops.multi_scale_deform_attn import multi_scale_deformable_attn_pytorch
+
+    section = _section()
+    attention = section.ops_attention
+    gen = torch.Generator().manual_seed(0)
+    shapes = [(4, 6), (2, 3)]
+    value = torch.randn(2, 30, 2, 4, generator=gen)
+    locs = torch.rand(2, 5, 2, 2, 3, 2, generator=gen)
+    weights = torch.rand(2, 5, 2, 2, 3, generator=gen)
+    torch.testing.assert_close(
+        attention.reference(value, shapes, locs, weights),
+        multi_scale_deformable_attn_pytorch(value, torch.tensor(shapes), locs, weights),
+    )
+    rounds: List[int] = []
+    rows = attention.rows(True, lambda ours, ref, n: rounds.append(n) or (0.002, 0.001, 2.0))
+    assert [r[1].split(",")[0] for r in rows] == ["forward", "forward + backward"]
+    kept = re.search(r"kept for the backward: ([\d.]+) MiB \(reference ([\d.]+) MiB\)", rows[1][1])
+    assert kept and float(kept[1]) < float(kept[2])
+    assert rounds == [2, 2] and [r[6] for r in rows] == ["<= 1.2x", "<= 1.5x"]
 
 
 def test_bench_helpers_are_not_sections() -> None:

@@ -18,7 +18,10 @@ round by round; the figures are medians, the ratio the median of the per-round r
   docstring describes the boxes);
 * ``box_iou_rotated`` (2000 x 2000) and ``nms_rotated`` (10,000 boxes) against
   torchvision's ``box_iou`` and ``nms`` on the boxes' axis-aligned counterparts (the
-  same centres and sizes): what the rotation costs.
+  same centres and sizes): what the rotation costs;
+* ``multi_scale_deformable_attn`` (BEVFormer's spatial cross-attention over one camera),
+  forward and forward + backward, against the textbook per-level ``grid_sample`` with
+  autograd, and the bytes each keeps for the backward: ``tools/bench/ops_attention.py``.
 
 ``--quick``: fewer rois and channels, 500-1,000 boxes, two rounds (seconds; a smoke run).
 """
@@ -53,6 +56,7 @@ def _load_sibling(name: str) -> ModuleType:
 
 
 ops_nms = _load_sibling("ops_nms")
+ops_attention = _load_sibling("ops_attention")
 
 
 def compare(ours: Callable[[], object], reference: Callable[[], object], rounds: int) -> tuple:
@@ -152,6 +156,11 @@ def _boxes(count: int, seed: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Ten
 def nms_rows(quick: bool) -> List[Row]:
     """soft_nms and batched_nms against torchvision: :func:`ops_nms.rows`."""
     return ops_nms.rows(quick, compare)
+
+
+def attention_rows(quick: bool) -> List[Row]:
+    """Multi-scale deformable attention against the textbook: :func:`ops_attention.rows`."""
+    return ops_attention.rows(quick, compare)
 
 
 def rotated_rows(quick: bool) -> List[Row]:
@@ -258,6 +267,7 @@ def run(quick: bool = False) -> str:
     torch.set_num_threads(1)
     try:
         rows = roi_rows(quick) + pooling_rows(quick) + nms_rows(quick) + rotated_rows(quick)
+        rows += attention_rows(quick)
     finally:
         torch.set_num_threads(threads)
     return render(title, rows, quick, "ops")

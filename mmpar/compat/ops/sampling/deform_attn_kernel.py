@@ -25,7 +25,7 @@ _OFF_MAP = -3.0
 def to_grids(sampling_locations: Tensor, dtype: torch.dtype) -> Tensor:
     """Locations (bs, nq, nh, L, P, 2) in [0, 1] as grid_sample's [-1, 1]; non-finite: off-map."""
     grids = sampling_locations.to(dtype) * 2 - 1
-    return torch.where(grids.isfinite(), grids, _OFF_MAP)
+    return torch.nan_to_num(grids, nan=_OFF_MAP, posinf=_OFF_MAP, neginf=_OFF_MAP)
 
 
 def _level_inputs(
@@ -75,7 +75,7 @@ def attend(value: Tensor, shapes: list[tuple[int, int]], grids: Tensor, weights:
         if h * w == 0:
             continue  # an empty level contributes nothing (grid_sample rejects it)
         samples = _sample(*_level_inputs(value, h, w, start, grids, level))
-        out += torch.linalg.vecdot(samples, weights[..., level, :])
+        out += (samples * weights[..., level, :]).sum(-1)
     return out
 
 
@@ -115,7 +115,7 @@ def attend_backward(
             continue
         level_map, level_grid = _level_inputs(value, h, w, start, grids, level)
         samples = _sample(level_map, level_grid)
-        grad_weights[:, :, level] = torch.linalg.vecdot(samples, grad_heads, dim=1)
+        grad_weights[:, :, level] = (samples * grad_heads).sum(1)
         del samples
         grad_map, grad_grid = torch.ops.aten.grid_sampler_2d_backward(
             grad_heads * flat_weights[..., level, :],
