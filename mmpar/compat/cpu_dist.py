@@ -63,9 +63,7 @@ CUDA_TRAIN_FUNCTIONS = (
 DEVICE_AS_DTYPE = (("mmrotate.core.anchor.anchor_generator", "RotatedAnchorGenerator"),)
 
 
-_hooked = []
-
-
+@functools.lru_cache(maxsize=None)  # hooked once, however often patch_mmcv() runs
 def enable_cpu_dist() -> None:
     """Mend, for CPU-only processes, what the module docstring lists, on import of each module.
 
@@ -74,9 +72,6 @@ def enable_cpu_dist() -> None:
     (the last on any machine). A config's ``dist_params.backend='nccl'`` (mmdet's
     default runtime) becomes gloo there, with a warning: nccl needs a GPU.
     """
-    if _hooked:
-        return
-    _hooked.append(True)
     on_import("mmcv.runner.dist_utils", _mend_init_dist)
     for name in BUILD_DDP_MODULES:
         on_import(name, _mend_build_ddp)

@@ -49,20 +49,17 @@ CUDA_TENSOR_METHODS = (("projects.mmdet3d_plugin.models.utils.grid_mask", "GridM
 #: mmcv's module defining ``wrap_fp16_model``, then those that bind it by name.
 FP16_MODULES = ("mmcv.runner.fp16_utils", "mmcv.runner.hooks.optimizer", "mmcv.runner")
 
-_hooked = []
 _lock = threading.Lock()
 _depth = [0]
 _saved: list = []
 
 
+@functools.lru_cache(maxsize=None)  # hooked once, however often patch_mmcv() runs
 def mend_cuda_on_cpu() -> None:
     """Wrap the methods of :data:`CUDA_TENSOR_METHODS` and mmcv's ``wrap_fp16_model``.
 
     Each on import of its module (:data:`FP16_MODULES` for the latter).
     """
-    if _hooked:
-        return
-    _hooked.append(True)
     for name, cls, method in CUDA_TENSOR_METHODS:
         on_import(name, functools.partial(_mend_method, cls=cls, method=method))
     for name in FP16_MODULES:

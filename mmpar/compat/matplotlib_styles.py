@@ -16,6 +16,7 @@ changed, and nothing is added where the old names still exist.
 
 from __future__ import annotations
 
+import functools
 from types import ModuleType
 from typing import List
 
@@ -26,14 +27,10 @@ __all__ = ["NEW_PREFIX", "OLD_PREFIX", "add_old_seaborn_names", "mend_matplotlib
 NEW_PREFIX = "seaborn-v0_8"
 OLD_PREFIX = "seaborn"
 
-_hooked = []
 
-
+@functools.lru_cache(maxsize=None)  # hooked once, however often patch_mmcv() runs
 def mend_matplotlib_styles() -> None:
     """Add the old seaborn style names once ``matplotlib.style`` is imported."""
-    if _hooked:
-        return
-    _hooked.append(True)
     on_import("matplotlib.style", add_old_seaborn_names)
 
 

@@ -30,14 +30,10 @@ CONFIG_CLASSES = (
     ("nuscenes.eval.tracking.data_classes", "TrackingConfig"),
 )
 
-_hooked = []
 
-
+@functools.lru_cache(maxsize=None)  # hooked once, however often patch_mmcv() runs
 def mend_nuscenes_configs() -> None:
     """Mend each class of :data:`CONFIG_CLASSES` once its module is imported."""
-    if _hooked:
-        return
-    _hooked.append(True)
     for name, cls in CONFIG_CLASSES:
         on_import(name, functools.partial(_mend, cls=cls))
 

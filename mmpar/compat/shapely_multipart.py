@@ -15,6 +15,7 @@ geometry as one object, as shapely 2's vectorised functions need.
 
 from __future__ import annotations
 
+import functools
 from types import ModuleType
 from typing import Any, Iterator
 
@@ -22,14 +23,10 @@ from mmpar.compat.import_hook import on_import
 
 __all__ = ["iterate_parts", "mend_shapely_multipart"]
 
-_hooked = []
 
-
+@functools.lru_cache(maxsize=None)  # hooked once, however often patch_mmcv() runs
 def mend_shapely_multipart() -> None:
     """Make multi-part geometries iterable once ``shapely.geometry.base`` is imported."""
-    if _hooked:
-        return
-    _hooked.append(True)
     on_import("shapely.geometry.base", iterate_parts)
 
 

@@ -17,6 +17,7 @@ changed under shapely 1.x.
 
 from __future__ import annotations
 
+import functools
 from types import ModuleType
 from typing import Any
 
@@ -27,15 +28,12 @@ __all__ = ["GEOMETRY_QUERY_MODULES", "geometry_query_tree", "mend_shapely_strtre
 #: Modules written for shapely 1.x's ``STRtree.query``, which bind ``STRtree`` by name.
 GEOMETRY_QUERY_MODULES = ("projects.mmdet3d_plugin.datasets.map_utils.tpfp_chamfer",)
 
-_hooked = []
 _tree: list = []
 
 
+@functools.lru_cache(maxsize=None)  # hooked once, however often patch_mmcv() runs
 def mend_shapely_strtree() -> None:
     """Give the modules of :data:`GEOMETRY_QUERY_MODULES` a geometry-returning STRtree."""
-    if _hooked:
-        return
-    _hooked.append(True)
     for name in GEOMETRY_QUERY_MODULES:
         on_import(name, _mend_module)
 
