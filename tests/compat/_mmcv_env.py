@@ -85,7 +85,7 @@ from importlib import metadata
 from importlib.abc import Loader, MetaPathFinder
 from importlib.machinery import ModuleSpec
 from pathlib import Path
-from typing import Optional, Tuple
+from typing import Optional, Sequence, Tuple
 
 import pytest
 
@@ -300,6 +300,33 @@ def child_env(**extra: str) -> dict:
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env.update(extra)
     return env
+
+
+def run_cpu_child(
+    code: str, cwd: Path, paths: Sequence[Path] = (), timeout: float = 120
+) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter that sees no GPU, on one thread.
+
+    ``paths`` go on its ``PYTHONPATH`` after the repository's; ``cwd`` is its
+    working folder. Output is captured as text.
+    """
+    env = child_env(CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
+    env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], *map(str, paths)])
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=cwd,
+    )
+
+
+def assert_child_ok(proc: subprocess.CompletedProcess) -> None:
+    """The child exited 0 with ``OK`` last on its stdout; else both outputs' tails."""
+    assert proc.returncode == 0 and proc.stdout.rstrip().endswith("OK"), (
+        f"exit {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-5000:]}"
+    )
 
 
 def run_python(code: str) -> str:

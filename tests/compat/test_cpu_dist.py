@@ -18,12 +18,10 @@ print ``OK`` last.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
-from tests.compat._mmcv_env import child_env, requires_mmdet
+from tests.compat._mmcv_env import assert_child_ok, requires_mmdet, run_cpu_child
 
 pytestmark = requires_mmdet
 
@@ -70,19 +68,8 @@ def check(tmp_path: Path, code: str) -> None:
         path = tmp_path / "stand_in" / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(textwrap.dedent(text))
-    env = child_env(CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
-    env["PYTHONPATH"] += f":{tmp_path / 'stand_in'}"
-    proc = subprocess.run(
-        [sys.executable, "-c", PRELUDE + textwrap.dedent(code) + "\nprint('OK')\n"],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        env=env,
-        cwd=tmp_path,
-    )
-    assert proc.returncode == 0 and proc.stdout.rstrip().endswith("OK"), (
-        f"exit {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-5000:]}"
-    )
+    code = PRELUDE + textwrap.dedent(code) + "\nprint('OK')\n"
+    assert_child_ok(run_cpu_child(code, tmp_path, [tmp_path / "stand_in"], TIMEOUT))
 
 
 TRAIN = """

@@ -11,12 +11,10 @@ interpreter with ``CUDA_VISIBLE_DEVICES=""`` and print ``OK`` last.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
-from tests.compat._mmcv_env import child_env, requires_mmdet
+from tests.compat._mmcv_env import assert_child_ok, requires_mmdet, run_cpu_child
 
 pytestmark = requires_mmdet
 
@@ -85,17 +83,5 @@ def _write_plugins(root: Path) -> None:
 
 def test_plugin_train_functions_wrap_the_model_on_the_cpu(tmp_path: Path) -> None:
     _write_plugins(tmp_path)
-    env = child_env(CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
-    env["PYTHONPATH"] = f"{tmp_path}:{env['PYTHONPATH']}"
     code = textwrap.dedent(CHECK.format(plugins=PLUGINS))
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        env=env,
-        cwd=tmp_path,
-    )
-    assert proc.returncode == 0 and proc.stdout.rstrip().endswith("OK"), (
-        f"exit {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-5000:]}"
-    )
+    assert_child_ok(run_cpu_child(code, tmp_path, [tmp_path], TIMEOUT))

@@ -10,11 +10,10 @@ interpreters with ``CUDA_VISIBLE_DEVICES=""`` and print ``OK`` last.
 from __future__ import annotations
 
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
-from tests.compat._mmcv_env import child_env, requires_mmcv
+from tests.compat._mmcv_env import assert_child_ok, requires_mmcv, run_cpu_child
 
 pytestmark = requires_mmcv
 
@@ -53,23 +52,12 @@ def run(tmp_path: Path, code: str) -> subprocess.CompletedProcess:
     (tmp_path / "projects/mmdet3d_plugin/models/utils/grid_mask.py").write_text(
         textwrap.dedent(GRID_MASK)
     )
-    env = child_env(CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
-    env["PYTHONPATH"] += f":{tmp_path}"
-    return subprocess.run(
-        [sys.executable, "-c", PRELUDE + textwrap.dedent(code) + "\nprint('OK')\n"],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        env=env,
-        cwd=tmp_path,
-    )
+    code = PRELUDE + textwrap.dedent(code) + "\nprint('OK')\n"
+    return run_cpu_child(code, tmp_path, [tmp_path], TIMEOUT)
 
 
 def check(tmp_path: Path, code: str) -> None:
-    proc = run(tmp_path, code)
-    assert proc.returncode == 0 and proc.stdout.rstrip().endswith("OK"), (
-        f"exit {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-5000:]}"
-    )
+    assert_child_ok(run(tmp_path, code))
 
 
 def test_stand_in_fails_unpatched(tmp_path: Path) -> None:
