@@ -74,11 +74,13 @@ def test_grads_in_the_inputs_dtypes_from_mixed_precision() -> None:
     torch.testing.assert_close(grads[1], expected[1])
 
 
-@pytest.mark.parametrize("grad_output", [torch.ones(2, 3, 5), torch.ones(2, 18), "ones"])
+@pytest.mark.parametrize("grad_output", [torch.ones(2, 3, 5), torch.ones(2, 18)])
 def test_grads_reject_a_grad_output_of_another_shape(grad_output) -> None:
     value, shapes, locations, weights = _inputs()
     with pytest.raises(ValueError, match=r"grad_output must be the output's shape \(2, 3, 6\)"):
         multi_scale_deformable_attn_grads(value, shapes, locations, weights, grad_output)
+    with pytest.raises(TypeError, match="grad_output must be a tensor, found list"):
+        multi_scale_deformable_attn_grads(value, shapes, locations, weights, [[1.0]])
 
 
 def test_gradcheck_through_the_backward_it_owns() -> None:

@@ -185,7 +185,8 @@ def multi_scale_deformable_attn_grads(
         is not finite) and ``attention_weights``, each shaped and typed as its input.
 
     Raises:
-        TypeError: a tensor that is not floating point.
+        TypeError: a tensor that is not floating point, or a ``grad_output``
+            that is not a tensor.
         ValueError: inconsistent shapes or devices, or a ``grad_output`` of
             another shape than the output's.
     """
@@ -194,10 +195,14 @@ def multi_scale_deformable_attn_grads(
     bs, _, num_heads, head_dims = value.shape
     num_queries = sampling_locations.shape[1]
     expected = (bs, num_queries, num_heads * head_dims)
-    if not isinstance(grad_output, Tensor) or tuple(grad_output.shape) != expected:
-        found = tuple(grad_output.shape) if isinstance(grad_output, Tensor) else grad_output
+    if not isinstance(grad_output, Tensor):
+        raise TypeError(
+            f"{_FUNC}: grad_output must be a tensor, found {type(grad_output).__name__}"
+        )
+    if tuple(grad_output.shape) != expected:
         raise ValueError(
-            f"{_FUNC}: grad_output must be the output's shape {expected}, found {found}"
+            f"{_FUNC}: grad_output must be the output's shape {expected}, "
+            f"found {tuple(grad_output.shape)}"
         )
     dtype = torch.promote_types(value.dtype, sampling_locations.dtype)
     grad_heads = grad_output.to(dtype).transpose(1, 2).reshape(bs * num_heads, head_dims, -1)
